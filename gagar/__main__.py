@@ -1,0 +1,5 @@
+import sys
+
+from gagar.cli import main
+
+sys.exit(main())
