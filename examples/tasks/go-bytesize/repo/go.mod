@@ -1,0 +1,3 @@
+module github.com/acme/bytesize
+
+go 1.19

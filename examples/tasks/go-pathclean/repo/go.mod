@@ -1,0 +1,3 @@
+module github.com/acme/urlpath
+
+go 1.19

@@ -1,0 +1,3 @@
+module github.com/acme/semver
+
+go 1.19

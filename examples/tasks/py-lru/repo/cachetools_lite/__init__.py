@@ -1,0 +1,4 @@
+from .decorators import memoize
+from .lru import LRUCache
+
+__all__ = ["LRUCache", "memoize"]

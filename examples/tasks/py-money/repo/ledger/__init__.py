@@ -1,0 +1,3 @@
+from .money import round_money, split_evenly, to_cents
+
+__all__ = ["round_money", "split_evenly", "to_cents"]

@@ -1,0 +1,208 @@
+"""Typed records of `gagar grade` (fixed contracts in shared/DESIGN.md).
+
+A `Group` is one instance's passing candidates; a `Grading` is one output line. Both round-trip through
+plain dicts so that JSONL files, the SFT data builder and the trainer share exactly one schema.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class InputError(ValueError):
+    """Bad user input (the CLI turns it into exit code 2 with this message)."""
+
+
+@dataclass
+class Candidate:
+    rollout_id: str
+    patch: str
+    test_output: str | None = None
+    trajectory: Any = None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "candidate") -> Candidate:
+        if not isinstance(d, dict):
+            raise InputError(f"{where}: expected an object with rollout_id and patch, got {type(d).__name__}")
+        if d.get("rollout_id") is None or str(d.get("rollout_id")) == "":
+            raise InputError(f"{where}: missing rollout_id")
+        patch = d.get("patch")
+        if not isinstance(patch, str):
+            raise InputError(f"{where}: 'patch' must be a string (the unified diff)")
+        test_output = d.get("test_output")
+        return cls(
+            rollout_id=str(d["rollout_id"]),
+            patch=patch,
+            test_output=test_output if isinstance(test_output, str) else None,
+            trajectory=d.get("trajectory"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"rollout_id": self.rollout_id, "patch": self.patch}
+        if self.test_output is not None:
+            d["test_output"] = self.test_output
+        if self.trajectory is not None:
+            d["trajectory"] = self.trajectory
+        return d
+
+
+@dataclass
+class Group:
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    candidates: list[Candidate]
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "group") -> Group:
+        if not isinstance(d, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        missing = [k for k in ("instance_id", "repo", "base_commit") if not d.get(k)]
+        if missing:
+            raise InputError(f"{where}: missing {', '.join(missing)}")
+        iid = str(d["instance_id"])
+        if "/" not in str(d["repo"]):
+            raise InputError(f"{where} ({iid}): repo must be 'owner/name', got {d['repo']!r}")
+        cands = d.get("candidates")
+        if not isinstance(cands, list):
+            raise InputError(f"{where} ({iid}): 'candidates' must be a list of {{rollout_id, patch}}")
+        candidates = [Candidate.from_dict(c, f"{where} ({iid}) candidate {i}") for i, c in enumerate(cands)]
+        ids = [c.rollout_id for c in candidates]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise InputError(f"{where} ({iid}): duplicate rollout_id(s) {', '.join(dupes)}")
+        return cls(
+            instance_id=iid,
+            repo=str(d["repo"]),
+            base_commit=str(d["base_commit"]),
+            problem_statement=str(d.get("problem_statement") or ""),
+            candidates=candidates,
+        )
+
+    @property
+    def repo_dirname(self) -> str:
+        return self.repo.replace("/", "__")
+
+    def candidate(self, rollout_id: str) -> Candidate:
+        for c in self.candidates:
+            if c.rollout_id == rollout_id:
+                return c
+        raise KeyError(rollout_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "repo": self.repo,
+            "base_commit": self.base_commit,
+            "problem_statement": self.problem_statement,
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+
+@dataclass
+class Grading:
+    """One output line of `gagar grade`; `agreement` is only set when several permutations ran."""
+
+    instance_id: str
+    ranking: list[str]
+    tiers: dict[str, int]
+    weights: dict[str, float]
+    evidence: dict[str, list[str]]
+    judge: str
+    fallback: bool = False
+    agreement: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "instance_id": self.instance_id,
+            "ranking": list(self.ranking),
+            "tiers": dict(self.tiers),
+            "weights": dict(self.weights),
+            "evidence": {k: list(v) for k, v in self.evidence.items()},
+            "judge": self.judge,
+            "fallback": self.fallback,
+        }
+        if self.agreement is not None:
+            d["agreement"] = self.agreement
+        if self.notes:
+            d["notes"] = list(self.notes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Grading:
+        return cls(
+            instance_id=str(d["instance_id"]),
+            ranking=[str(r) for r in d["ranking"]],
+            tiers={str(k): int(v) for k, v in d.get("tiers", {}).items()},
+            weights={str(k): float(v) for k, v in d.get("weights", {}).items()},
+            evidence={str(k): [str(s) for s in v] for k, v in d.get("evidence", {}).items()},
+            judge=str(d.get("judge", "")),
+            fallback=bool(d.get("fallback", False)),
+            agreement=d.get("agreement"),
+            notes=list(d.get("notes") or []),
+        )
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSONL file (a JSON list is accepted too); errors name the file and line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}: not valid JSON ({exc})") from exc
+        if not all(isinstance(x, dict) for x in data):
+            raise InputError(f"{p}: a JSON list must hold objects")
+        return data
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}:{n}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict):
+            raise InputError(f"{p}:{n}: expected a JSON object per line")
+        rows.append(row)
+    return rows
+
+
+def load_groups(path: str | Path) -> list[Group]:
+    rows = read_jsonl(path)
+    groups = [Group.from_dict(r, f"{path}: group {i + 1}") for i, r in enumerate(rows)]
+    ids = [g.instance_id for g in groups]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise InputError(f"{path}: duplicate instance_id(s) {', '.join(dupes[:5])}")
+    return groups
+
+
+def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write to a temporary file beside `path`, then rename, so readers never see a half-written file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,287 @@
+"""`gagar eval`, `gagar image`, `gagar sandbox`: argument parsing only; the work is in run/images/container."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def _err(prog: str, msg: str) -> int:
+    print(f"{prog}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+# ----------------------------------------------------------------------------------------------- image
+def image_main(argv: list[str]) -> int:
+    from sandbox import images
+
+    p = argparse.ArgumentParser(prog="gagar image", description="Build or list the sandbox base images (offline).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="debootstrap + docker import; skipped when the recipe's image exists")
+    b.add_argument("names", nargs="*", help=f"images to build: {', '.join(images.RECIPES)}")
+    b.add_argument("--all", action="store_true", help="build every image")
+    b.add_argument("--force", action="store_true", help="rebuild even when an image with the recipe hash exists")
+    b.add_argument("--mirror", help="Debian mirror URL (default: the one in apt's sources, or $GAGAR_DEBIAN_MIRROR)")
+    b.add_argument("--jobs", type=int, default=3, help="images built at once (default 3; mostly download-bound)")
+    sub.add_parser("list", help="show each image, its recipe hash and whether it is built")
+    args = p.parse_args(argv)
+
+    if args.cmd == "list":
+        try:
+            rows = images.list_images()
+        except images.ImageError as exc:
+            return _err("gagar image", str(exc))
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table("image", "recipe", "status", "size MB", "created", "tags")
+        for r in rows:
+            t.add_row(r["name"], r["recipe"], r["status"], str(r["size_mb"] or ""), r["created"], " ".join(t.split(":", 1)[1] for t in r["tags"]))
+        Console().print(t)
+        return 0
+
+    names = list(images.RECIPES) if args.all else args.names
+    if not names:
+        return _err("gagar image build", "name the images to build or pass --all")
+    unknown = [n for n in names if n not in images.RECIPES]
+    if unknown:
+        return _err("gagar image build", f"unknown image(s) {', '.join(unknown)}; known: {', '.join(images.RECIPES)}")
+    try:
+        client = images._client()
+    except images.ImageError as exc:
+        return _err("gagar image build", str(exc))
+
+    def one(name: str) -> str | None:
+        try:
+            images.build_image(images.RECIPES[name], force=args.force, mirror=args.mirror, client=client)
+            return None
+        except images.ImageError as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        errors = [e for e in pool.map(one, names) if e]
+    for e in errors:
+        print(f"gagar image build: {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+class InputError(ValueError):
+    """An input file that cannot be used at all (missing, unreadable, wrong shape)."""
+
+
+def _records(path: Path, what: str, notes: list[str]) -> list[tuple[int, dict]]:
+    """(position, record) from a JSONL file, a JSON list, or a JSON dict keyed by instance_id. A broken JSONL
+    line is skipped with a note naming it; the rest is used."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {what} file {path}: {exc}") from exc
+    import json
+
+    stripped = text.lstrip()
+    if stripped[:1] in ("[", "{"):
+        try:
+            whole = json.loads(text)
+        except ValueError:
+            whole = None  # JSONL whose first line is an object
+        if isinstance(whole, list):
+            out = []
+            for i, r in enumerate(whole):
+                if isinstance(r, dict):
+                    out.append((i, r))
+                else:
+                    notes.append(f"{path} item {i}: not a JSON object; skipped")
+            return out
+        if isinstance(whole, dict) and not ("instance_id" in whole and len(text.strip().splitlines()) == 1):
+            out = []
+            for i, (k, v) in enumerate(whole.items()):
+                if isinstance(v, dict):
+                    out.append((i, {"instance_id": k, **v}))
+                else:
+                    notes.append(f"{path} key {k!r}: not a JSON object; skipped")
+            return out
+    out = []
+    pos = 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError as exc:
+            notes.append(f"{path} line {n}: not valid JSON ({exc.msg} at column {exc.colno}); skipped")
+            pos += 1
+            continue
+        if not isinstance(r, dict):
+            notes.append(f"{path} line {n}: not a JSON object; skipped")
+        else:
+            out.append((pos, r))
+        pos += 1
+    if not out and text.strip():
+        raise InputError(f"{path}: no usable {what} records (expected JSONL, a JSON list or a dict by instance_id)")
+    return out
+
+
+def load_instances(path: Path, notes: list[str]) -> dict:
+    from sandbox.records import Instance
+
+    out = {}
+    for pos, r in _records(path, "instances", notes):
+        try:
+            inst = Instance.from_dict(r)
+        except ValueError as exc:
+            notes.append(f"{path} record {pos}: {exc}; skipped")
+            continue
+        if inst.instance_id in out:
+            notes.append(f"{path}: instance {inst.instance_id} appears twice; the first is used")
+            continue
+        out[inst.instance_id] = inst
+    return out
+
+
+def load_predictions(path: Path, notes: list[str]) -> list:
+    from sandbox.records import Prediction
+
+    out, seen = [], set()
+    for pos, r in _records(path, "predictions", notes):
+        iid = r.get("instance_id")
+        if not iid:
+            notes.append(f"{path} record {pos}: no instance_id; skipped")
+            continue
+        rid = r.get("rollout_id")
+        patch = r.get("model_patch")
+        if patch is not None and not isinstance(patch, str):
+            notes.append(f"{path} record {pos}: model_patch is not a string; skipped")
+            continue
+        p = Prediction(instance_id=str(iid), model_patch=patch or "",
+                       model_name_or_path=str(r.get("model_name_or_path") or "unknown"),
+                       rollout_id=str(pos if rid is None else rid))
+        if (p.instance_id, p.rollout_id) in seen:
+            notes.append(f"{path} record {pos}: duplicate (instance_id={p.instance_id}, rollout_id={p.rollout_id});"
+                         " skipped — give each rollout its own rollout_id")
+            continue
+        seen.add((p.instance_id, p.rollout_id))
+        out.append(p)
+    return out
+
+
+# -------------------------------------------------------------------------------------------------- eval
+def eval_main(argv: list[str]) -> int:
+    import os
+    import re
+
+    p = argparse.ArgumentParser(prog="gagar eval",
+                                description="Evaluate predictions in the Docker sandbox (SWE-bench compatible).")
+    p.add_argument("--instances", required=True, type=Path, help="instances (JSONL, JSON list, or dict by id)")
+    p.add_argument("--predictions", required=True, type=Path, help="predictions (JSONL, JSON list, or dict by id)")
+    p.add_argument("--repos-dir", required=True, type=Path, help="dir holding <owner>__<name> git clones")
+    p.add_argument("--run-id", required=True, help="name of this run; results go to REPORT_DIR/RUN_ID/")
+    p.add_argument("--report-dir", required=True, type=Path, help="where run directories are written")
+    p.add_argument("--max-workers", type=int, default=1, help="containers run at once (default 1)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per test run before the container is killed")
+    p.add_argument("--image", help="run every instance in this image instead of the gagar-* images")
+    p.add_argument("--memory", default="2g", help="memory limit per container, no swap (default 2g)")
+    p.add_argument("--cpus", type=float, default=1.0, help="CPUs per container (default 1)")
+    p.add_argument("--pids-limit", type=int, default=256, help="max processes per container (default 256)")
+    p.add_argument("--output-limit", default="1m", help="test output kept per run (default 1m; the rest dropped)")
+    p.add_argument("--max-patch-bytes", default="1m", help="patches larger than this are rejected (default 1m)")
+    p.add_argument("--redo", action="store_true", help="re-evaluate predictions already in results.jsonl")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    prog = "gagar eval"
+
+    from sandbox.config import SandboxConfig, parse_size
+
+    for flag, f in (("--instances", args.instances), ("--predictions", args.predictions)):
+        if not f.is_file():
+            return _err(prog, f"{flag} {f}: no such file")
+    if not args.repos_dir.is_dir():
+        return _err(prog, f"--repos-dir {args.repos_dir}: not a directory")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", args.run_id):
+        return _err(prog, f"--run-id {args.run_id!r}: use letters, digits, '.', '_' or '-' (no slashes)")
+    if args.max_workers < 1:
+        return _err(prog, "--max-workers must be at least 1")
+    if args.timeout <= 0:
+        return _err(prog, "--timeout must be positive")
+    ncpu = os.cpu_count() or 1
+    if not 0 < args.cpus <= ncpu:
+        return _err(prog, f"--cpus must be in (0, {ncpu}] on this machine")
+    try:
+        out_limit, max_patch = parse_size(args.output_limit), parse_size(args.max_patch_bytes)
+        config = SandboxConfig(repos_dir=args.repos_dir.resolve(), image=args.image, memory=args.memory,
+                               cpus=args.cpus, pids_limit=args.pids_limit, timeout=args.timeout,
+                               max_workers=args.max_workers, output_limit_bytes=out_limit,
+                               max_patch_bytes=max_patch, run_id=args.run_id)
+        if config.memory_bytes < 6 << 20:
+            raise ValueError("--memory must be at least 6m (Docker's minimum)")
+    except ValueError as exc:
+        return _err(prog, str(exc))
+    run_dir = args.report_dir / args.run_id
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _err(prog, f"--report-dir {args.report_dir}: cannot create {run_dir} ({exc})")
+
+    notes: list[str] = []
+    try:
+        instances = load_instances(args.instances, notes)
+        predictions = load_predictions(args.predictions, notes)
+    except InputError as exc:
+        return _err(prog, str(exc))
+    for n in notes:
+        print(f"{prog}: warning: {n}", file=sys.stderr)
+    if not instances:
+        return _err(prog, f"{args.instances}: no instances")
+    unknown = sorted({pr.instance_id for pr in predictions if pr.instance_id not in instances})
+    if unknown:
+        print(f"{prog}: warning: {len(unknown)} prediction instance id(s) not in {args.instances}, not evaluated: "
+              + ", ".join(unknown[:10]) + (" …" if len(unknown) > 10 else ""), file=sys.stderr)
+
+    from sandbox.run import evaluate_predictions
+
+    try:
+        results = evaluate_predictions(instances, predictions, config, run_dir=run_dir, redo=args.redo,
+                                       progress=not args.no_progress, extra_report={"skipped": notes})
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; finished results are kept in {run_dir}/results.jsonl "
+              "(re-run the same command to resume)", file=sys.stderr)
+        return 130
+    _print_summary(run_dir, results)
+    return 0
+
+
+def _print_summary(run_dir: Path, results: list) -> None:
+    import json
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    rep = json.loads((run_dir / "report.json").read_text())
+    counts = Counter(r.status for r in results)
+    t = Table("status", "count", title=f"run {rep['run_id']}: {rep['submitted_instances']} predictions")
+    for s, n in sorted(counts.items()):
+        t.add_row(s, str(n))
+    Console(stderr=True).print(t)
+    print(f"results: {run_dir / 'results.jsonl'}\nreport:  {run_dir / 'report.json'}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------------------- sandbox
+def sandbox_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="gagar sandbox", description="Sandbox maintenance.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("gc", help="remove leftover sandbox containers (label gagar.sandbox=1)")
+    g.add_argument("--run-id", help="only the containers of this run")
+    args = p.parse_args(argv)
+    import docker.errors
+
+    from sandbox import container
+
+    try:
+        removed = container.gc(args.run_id)
+    except docker.errors.DockerException as exc:
+        return _err("gagar sandbox gc", f"cannot reach the Docker engine ({exc})")
+    print(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+    return 0

@@ -1,0 +1,310 @@
+"""Containers under limits: one-shot test runs and a long-lived `Container` for multi-turn agents.
+
+Every container is labelled `gagar.sandbox=1` and `gagar.run=<run id>`, registered in a process-wide set while
+it lives, and removed in a `finally`; `remove_live()` (called from the signal handlers in the driver) and
+`gc()` (`gagar sandbox gc`) catch whatever a crash leaves behind.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+import requests
+
+from sandbox.config import SandboxConfig
+
+LABEL = "gagar.sandbox"
+RUN_LABEL = "gagar.run"
+TESTBED = "/testbed"
+REPORT = "/gagar/report"
+TRUNC_MARK = "\n[gagar: output truncated: {dropped} bytes dropped]\n"
+
+_live: set[str] = set()
+_live_lock = threading.Lock()
+_local = threading.local()
+
+
+class SandboxInfraError(RuntimeError):
+    """The sandbox itself failed (engine unreachable, image missing…) — not the code under test."""
+
+
+def client(http_timeout: float = 120.0) -> docker.DockerClient:
+    """One client per thread: the SDK's session is not documented as thread-safe. `http_timeout` bounds socket
+    reads; attach streams of quiet test suites must outlive it, so callers pass a timeout above the run's."""
+    cache = getattr(_local, "clients", None)
+    if cache is None:
+        cache = _local.clients = {}
+    key = int(http_timeout)
+    if key not in cache:
+        try:
+            c = docker.from_env(timeout=key)
+            c.ping()
+        except docker.errors.DockerException as exc:
+            raise SandboxInfraError(f"cannot reach the Docker engine ({exc})") from exc
+        cache[key] = c
+    return cache[key]
+
+
+class OutputCap:
+    """Keeps the first `limit` bytes and a short tail; counts what was dropped in between. Streaming, so a
+    test printing 100 MB costs a read loop, not 100 MB of memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.tail_limit = min(limit // 4, 64 << 10)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self.tail_limit:
+            self.tail += chunk
+            if len(self.tail) > 2 * self.tail_limit:
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    def _kept_tail(self) -> bytes:
+        return bytes(self.tail[-self.tail_limit :]) if self.tail_limit else b""
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self._kept_tail())
+
+    def text(self) -> str:
+        tail = self._kept_tail()
+        dropped = self.total - len(self.head) - len(tail)
+        body = bytes(self.head)
+        if dropped > 0:
+            body += TRUNC_MARK.format(dropped=dropped).encode()
+        return (body + tail).decode("utf-8", errors="replace")
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+    oom_killed: bool = False
+    output_bytes: int = 0
+    truncated: bool = False
+    duration_s: float = 0.0
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+
+
+def _name(run_id: str, hint: str) -> str:
+    safe = re.sub(r"[^a-zA-Z0-9_.-]+", "-", f"{run_id}-{hint}")[:80].strip("-.") or "run"
+    return f"gagar-{safe}-{uuid.uuid4().hex[:6]}"
+
+
+def _register(cid: str) -> None:
+    with _live_lock:
+        _live.add(cid)
+
+
+def _remove(c: docker.DockerClient, cid: str) -> None:
+    try:
+        c.api.remove_container(cid, force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if "already in progress" not in str(exc):
+            raise
+    finally:
+        with _live_lock:
+            _live.discard(cid)
+
+
+def remove_live() -> int:
+    """Force-remove every container this process still has (signal handlers call this)."""
+    with _live_lock:
+        ids = list(_live)
+    if not ids:
+        return 0
+    c = docker.from_env(timeout=30)
+    for cid in ids:
+        try:
+            _remove(c, cid)
+        except docker.errors.DockerException:
+            pass
+    return len(ids)
+
+
+def gc(run_id: str | None = None, c: docker.DockerClient | None = None) -> list[str]:
+    """Remove leftover sandbox containers by label (all runs, or one)."""
+    c = c or docker.from_env(timeout=60)
+    labels = [f"{LABEL}=1"] + ([f"{RUN_LABEL}={run_id}"] if run_id else [])
+    removed = []
+    for ctr in c.containers.list(all=True, filters={"label": labels}):
+        _remove(c, ctr.id)
+        removed.append(ctr.name)
+    return removed
+
+
+def _create(c: docker.DockerClient, image: str, config: SandboxConfig, *, command: list[str], name: str,
+            mounts: dict[str, dict], env: dict[str, str]) -> str:
+    hc = c.api.create_host_config(binds=mounts, init=True, **_host_kwargs(config))
+    try:
+        res = c.api.create_container(
+            image, command=command, name=name, working_dir=TESTBED, environment=env, host_config=hc,
+            labels={LABEL: "1", RUN_LABEL: config.run_id}, user=config.user, stdin_open=False, tty=False,
+        )
+    except docker.errors.ImageNotFound as exc:
+        raise SandboxInfraError(
+            f"image {image!r} not found; build it with `gagar image build --all` or pass --image"
+        ) from exc
+    cid = res["Id"]
+    _register(cid)
+    return cid
+
+
+def _host_kwargs(config: SandboxConfig) -> dict:
+    kw = config.host_config_kwargs()
+    kw.pop("user")  # a container (not host) setting
+    kw["mem_limit"] = kw.pop("mem_limit")
+    return kw
+
+
+def run_tests(
+    image: str,
+    testbed: Path,
+    report_dir: Path,
+    command: str,
+    config: SandboxConfig,
+    *,
+    env: dict[str, str] | None = None,
+    name_hint: str = "run",
+) -> RunOutcome:
+    """Run `command` once in a fresh container with `testbed` at /testbed and `report_dir` at /gagar/report.
+    The container is removed before this returns, whatever happens."""
+    c = client(http_timeout=config.timeout + 120)
+    mounts = {str(testbed): {"bind": TESTBED, "mode": "rw"}, str(report_dir): {"bind": REPORT, "mode": "rw"}}
+    full_env = {"HOME": "/tmp", "GAGAR_REPORT_DIR": REPORT, **(env or {})}
+    cid = _create(c, image, config, command=["bash", "-lc", command], name=_name(config.run_id, name_hint),
+                  mounts=mounts, env=full_env)
+    cap = OutputCap(config.output_limit_bytes)
+    t0 = time.monotonic()
+    try:
+        # Attach before start so not a byte is missed; drained on a thread so the wait below can time out.
+        stream = c.api.attach(cid, stdout=True, stderr=True, stream=True, logs=True)
+
+        def drain() -> None:
+            try:
+                for chunk in stream:
+                    cap.feed(chunk)
+            except (requests.RequestException, OSError, docker.errors.DockerException):
+                pass  # the container was killed under us; what was read is kept
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        c.api.start(cid)
+        timed_out = False
+        exit_code: int | None = None
+        try:
+            exit_code = c.api.wait(cid, timeout=config.timeout)["StatusCode"]
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            timed_out = True
+            try:
+                c.api.kill(cid)
+            except docker.errors.APIError:
+                pass  # it exited just now
+        reader.join(timeout=30)
+        stream.close()
+        state = c.api.inspect_container(cid)["State"]
+        if exit_code is None and not state.get("Running"):
+            exit_code = state.get("ExitCode")
+        return RunOutcome(
+            exit_code=None if timed_out else exit_code,
+            output=cap.text(),
+            timed_out=timed_out,
+            oom_killed=bool(state.get("OOMKilled")),
+            output_bytes=cap.total,
+            truncated=cap.truncated,
+            duration_s=time.monotonic() - t0,
+        )
+    except docker.errors.DockerException as exc:
+        raise SandboxInfraError(f"docker failed while running the tests: {exc}") from exc
+    finally:
+        _remove(c, cid)
+
+
+class Container:
+    """A long-lived limited container for multi-turn agents: `with Container(image, path, cfg) as box:
+    box.exec("pytest -q", timeout=60)`. The work tree is mounted at /testbed; the container is removed on exit."""
+
+    def __init__(self, image: str, workdir_host_path: Path | str, config: SandboxConfig | None = None,
+                 *, env: dict[str, str] | None = None) -> None:
+        self.image = image
+        self.workdir = Path(workdir_host_path).resolve()
+        self.config = config or SandboxConfig()
+        self.env = {"HOME": "/tmp", **(env or {})}
+        self.id: str | None = None
+        self._c: docker.DockerClient | None = None
+
+    def __enter__(self) -> Container:
+        self._c = client(http_timeout=max(120.0, self.config.timeout + 60))
+        mounts = {str(self.workdir): {"bind": TESTBED, "mode": "rw"}}
+        self.id = _create(self._c, self.image, self.config, command=["sleep", "infinity"],
+                          name=_name(self.config.run_id, "agent"), mounts=mounts, env=self.env)
+        try:
+            self._c.api.start(self.id)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.id and self._c:
+            _remove(self._c, self.id)
+            self.id = None
+
+    def exec(self, cmd: str, timeout: float = 60.0) -> ExecResult:
+        """Run `cmd` with bash in /testbed. GNU `timeout` kills the command's whole process group in the
+        container; a host-side deadline backs it up for processes that escaped the group."""
+        if not self.id or not self._c:
+            raise RuntimeError("Container is not running; use it as a context manager")
+        api = self._c.api
+        wrapped = ["timeout", "-s", "KILL", f"{timeout:g}", "bash", "-lc", cmd]
+        ex = api.exec_create(self.id, wrapped, stdout=True, stderr=True, workdir=TESTBED, user=self.config.user)
+        cap = OutputCap(self.config.output_limit_bytes)
+        t0 = time.monotonic()
+        stream = api.exec_start(ex["Id"], stream=True)
+
+        def drain() -> None:
+            try:
+                for chunk in stream:
+                    cap.feed(chunk)
+            except (requests.RequestException, OSError):
+                pass
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        reader.join(timeout + 10)
+        escaped = reader.is_alive()
+        if escaped:
+            # Something outlived the group kill and keeps the stream open: only a restart frees it.
+            api.restart(self.id, timeout=0)
+        info = api.exec_inspect(ex["Id"])
+        elapsed = time.monotonic() - t0
+        code = info.get("ExitCode")
+        timed_out = escaped or (code == 137 and elapsed >= timeout - 0.05)
+        return ExecResult(exit_code=None if timed_out else code, output=cap.text(), timed_out=timed_out)

@@ -1,0 +1,172 @@
+"""Run files: `results.jsonl` (one line per prediction, appended atomically), `report.json` (the summary).
+
+A result line is written with one `write` of a complete line, then flushed and fsynced, so a crash leaves
+at most a truncated last line; reading tolerates (and the writer trims) such a line, and resume skips every
+(instance_id, rollout_id) already there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sandbox.records import STATUSES, EvalResult
+
+ERROR_STATUSES = ("patch_failed", "rejected", "timeout", "infra_error")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_results(path: Path, *, warn: bool = True) -> dict[tuple[str, str], EvalResult]:
+    """The last result per key; a line that does not parse (a crash mid-write) is ignored with a note."""
+    out: dict[tuple[str, str], EvalResult] = {}
+    if not path.exists():
+        return out
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = EvalResult.from_dict(json.loads(line))
+            except (ValueError, TypeError) as exc:
+                if warn:
+                    print(f"gagar eval: {path} line {n}: unreadable result ({exc}); it will be redone",
+                          file=sys.stderr)
+                continue
+            out[r.key] = r
+    return out
+
+
+class ResultWriter:
+    """Appends result lines to `results.jsonl`; thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._trim_partial_line()
+
+    def _trim_partial_line(self) -> None:
+        """Drop a truncated last line, so the next append does not glue onto it."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        with open(self.path, "rb+") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            data = f.seek(0) or f.read()
+            cut = data.rfind(b"\n") + 1
+            f.truncate(cut)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def drop(self, keys: set[tuple[str, str]]) -> None:
+        """Remove the lines of `keys` (for --redo), rewriting the file atomically."""
+        if not self.path.exists():
+            return
+        kept = []
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    d = json.loads(line)
+                    if (str(d.get("instance_id")), str(d.get("rollout_id"))) in keys:
+                        continue
+                except ValueError:
+                    continue
+                kept.append(line if line.endswith("\n") else line + "\n")
+        with self._lock:
+            atomic_write_text(self.path, "".join(kept))
+
+    def write(self, result: EvalResult) -> None:
+        line = json.dumps(result.to_dict(), ensure_ascii=False) + "\n"
+        data = line.encode("utf-8")
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def result_key_str(instance_id: str, rollout_id: str, per_instance: bool) -> str:
+    return instance_id if per_instance else f"{instance_id}::{rollout_id}"
+
+
+def build_report(
+    *,
+    run_id: str,
+    total_instances: int,
+    submitted: list[tuple[str, str]],
+    results: dict[tuple[str, str], EvalResult],
+    unknown_instance_ids: list[str],
+    skipped_lines: list[str],
+    duration_s: float | None = None,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """SWE-bench's run-report fields, counted over predictions. When every instance has one prediction the
+    `*_ids` lists hold plain instance ids (as SWE-bench's do); with rollouts they hold `instance_id::rollout_id`."""
+    per_instance = len({iid for iid, _ in submitted}) == len(submitted)
+    done = [results[k] for k in submitted if k in results]
+
+    def ids(pred) -> list[str]:
+        return sorted(result_key_str(r.instance_id, r.rollout_id, per_instance) for r in done if pred(r))
+
+    counts = Counter(r.status for r in done)
+    incomplete = sorted(result_key_str(i, r, per_instance) for i, r in submitted if (i, r) not in results)
+    by_instance: dict[str, dict[str, int]] = {}
+    for r in done:
+        d = by_instance.setdefault(r.instance_id, {"rollouts": 0, "resolved": 0})
+        d["rollouts"] += 1
+        d["resolved"] += int(r.resolved)
+    report: dict[str, Any] = {
+        "run_id": run_id,
+        "id_format": "instance_id" if per_instance else "instance_id::rollout_id",
+        "total_instances": total_instances,
+        "submitted_instances": len(submitted),
+        "completed_instances": counts["resolved"] + counts["unresolved"],
+        "resolved_instances": counts["resolved"],
+        "unresolved_instances": counts["unresolved"],
+        "empty_patch_instances": counts["empty_patch"],
+        "error_instances": sum(counts[s] for s in ERROR_STATUSES),
+        "submitted_ids": sorted(result_key_str(i, r, per_instance) for i, r in submitted),
+        "completed_ids": ids(lambda r: r.status in ("resolved", "unresolved")),
+        "incomplete_ids": incomplete,
+        "resolved_ids": ids(lambda r: r.status == "resolved"),
+        "unresolved_ids": ids(lambda r: r.status == "unresolved"),
+        "empty_patch_ids": ids(lambda r: r.status == "empty_patch"),
+        "error_ids": ids(lambda r: r.status in ERROR_STATUSES),
+        "status_counts": {s: counts[s] for s in STATUSES},
+        "tampered_tests_ids": ids(lambda r: r.tampered_tests),
+        "per_instance": dict(sorted(by_instance.items())),
+        "unknown_instance_ids": sorted(set(unknown_instance_ids)),
+        "skipped_input_lines": skipped_lines,
+        "schema_version": 2,
+    }
+    for s in STATUSES:
+        report[f"{s}_count"] = counts[s]
+    if duration_s is not None:
+        report["duration_s"] = round(duration_s, 3)
+    if config is not None:
+        report["config"] = config
+    return report

@@ -1,0 +1,397 @@
+"""The evaluation driver: group predictions by instance, prepare each repo once, evaluate every rollout in a
+fresh limited container, grade, and write results as soon as they are known.
+
+Parallelism is per rollout (a thread pool of `max_workers`), with predictions queued group by group so the
+base copy of a group is shared while its rollouts run and removed when its last one finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import docker.errors
+
+from sandbox import container as ctr
+from sandbox.config import SandboxConfig
+from sandbox.images import ImageError, select_image
+from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
+from sandbox.report import ResultWriter, atomic_write_text, build_report, read_results
+from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, remove_tree
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE_CAP = 8 << 20  # bytes of structured reports copied into the logs per prediction
+GO_ENV = {"GOCACHE": "/tmp/gocache", "GOPATH": "/tmp/go", "GOFLAGS": "-mod=mod", "GOPROXY": "off"}
+
+
+class _Interrupted(Exception):
+    """The run is stopping (Ctrl-C / SIGTERM): the prediction in flight is not recorded, so resume redoes it."""
+
+
+class _Group:
+    """One instance's shared workspace, opened by the first rollout that needs it, closed by the last."""
+
+    def __init__(self, instance: Instance, n: int, config: SandboxConfig, tmp_root: Path | None) -> None:
+        self.instance = instance
+        self.remaining = n
+        self.config = config
+        self.tmp_root = tmp_root
+        self.lock = threading.Lock()
+        self.ws: GroupWorkspace | None = None
+        self.error: str | None = None
+
+    def open(self) -> GroupWorkspace:
+        with self.lock:
+            if self.ws is None and self.error is None:
+                ws = GroupWorkspace(Path(self.config.repos_dir), self.instance.repo, self.instance.base_commit,
+                                    tmp_root=self.tmp_root)
+                try:
+                    self.ws = ws.__enter__()
+                except (WorkspaceError, OSError) as exc:
+                    self.error = str(exc)
+            if self.error is not None:
+                raise WorkspaceError(self.error)
+            return self.ws
+
+    def release(self) -> None:
+        with self.lock:
+            self.remaining -= 1
+            if self.remaining == 0 and self.ws is not None:
+                self.ws.close()
+                self.ws = None
+
+
+def _image_missing(image: str) -> str | None:
+    try:
+        ctr.client().images.get(image)
+        return None
+    except docker.errors.ImageNotFound:
+        return f"image {image!r} not found; build it with `gagar image build --all` or pass --image"
+    except (docker.errors.DockerException, ctr.SandboxInfraError) as exc:
+        return f"cannot reach the Docker engine ({exc})"
+
+
+def _log_dir(run_dir: Path | None, pred: Prediction) -> Path | None:
+    if run_dir is None:
+        return None
+    safe = lambda s: "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in s)[:120] or "_"  # noqa: E731
+    d = run_dir / "logs" / safe(pred.instance_id) / safe(pred.rollout_id)
+    if d.exists():
+        remove_tree(d)
+    d.mkdir(parents=True)
+    return d
+
+
+def _collect_reports(src: Path, dst: Path) -> None:
+    budget = REPORT_FILE_CAP
+    for p in sorted(src.rglob("*")):
+        if p.is_file() and not p.is_symlink() and p.stat().st_size <= budget:
+            target = dst / "report" / p.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, target)
+            budget -= p.stat().st_size
+
+
+def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: SandboxConfig, image: str,
+                 log_dir: Path | None, stop: threading.Event) -> EvalResult:
+    """Evaluate one prediction end to end; every failure becomes a status, never an exception (except stop)."""
+    from sandbox.apply import TestPatchFailed, apply_patch, restore_task_tests
+    from sandbox.grading import grade
+    from sandbox.parsers import parse_results, pytest_addopts
+    from sandbox.patchcheck import EmptyPatch, PatchRejected, validate_patch
+
+    t0 = time.monotonic()
+    res = EvalResult(instance_id=instance.instance_id, model_name_or_path=pred.model_name_or_path,
+                     rollout_id=pred.rollout_id, status="infra_error",
+                     log_path=str(log_dir) if log_dir else None)
+    notes: list[str] = []
+
+    def finish(status: str, error: str | None = None) -> EvalResult:
+        res.status, res.error = status, error
+        res.duration_s = round(time.monotonic() - t0, 3)
+        if log_dir is not None:
+            (log_dir / "run.log").write_text("\n".join(notes) + f"\n== status: {status}\n"
+                                             + (f"== error: {error}\n" if error else ""), errors="replace")
+        return res
+
+    patch = pred.model_patch or ""
+    tree: Path | None = None
+    report_dir: Path | None = None
+    try:
+        if log_dir is not None:
+            (log_dir / "patch.diff").write_text(patch, errors="replace")
+        if not patch.strip():
+            return finish("empty_patch", "the prediction has no patch")
+        ws = group.open()
+        try:
+            info = validate_patch(patch, ws.base, max_bytes=config.max_patch_bytes)
+        except EmptyPatch as exc:
+            return finish("empty_patch", str(exc) or "the patch changes nothing")
+        except PatchRejected as exc:
+            return finish("rejected", str(exc))
+        if stop.is_set():
+            raise _Interrupted
+        tree = ws.copy()
+        try:
+            applied = apply_patch(tree, patch, base_commit=instance.base_commit, max_bytes=config.max_patch_bytes)
+        except EmptyPatch as exc:
+            return finish("empty_patch", str(exc) or "the patch changes nothing")
+        except PatchRejected as exc:
+            return finish("rejected", str(exc))
+        notes.append(f"== apply ({applied.method}):\n{applied.log}")
+        res.apply_method = applied.method
+        if not applied.applied:
+            return finish("patch_failed", "the patch does not apply to the repo at base_commit "
+                          f"(tried git apply, --3way, --reject, patch --fuzz); see {log_dir or 'the log'}")
+        res.patch_successfully_applied = True
+        try:
+            restored = restore_task_tests(tree, base_commit=instance.base_commit, test_patch=instance.test_patch,
+                                          model_patch_info=info)
+        except TestPatchFailed as exc:
+            return finish("infra_error", f"the task's own test_patch does not apply: {exc}")
+        notes.append(f"== restore tests (touched: {', '.join(restored.touched) or 'none'}):\n{restored.log}")
+        res.tampered_tests = bool(restored.tampered)
+        if not instance.test_cmd.strip():
+            return finish("infra_error", f"instance {instance.instance_id} has no test_cmd")
+        hand_over(tree)
+        report_dir = Path(ws.root) / f"report-{tree.name}"
+        report_dir.mkdir()
+        hand_over(report_dir)
+        env: dict[str, str] = {}
+        framework = (instance.test_framework or "").lower()
+        if framework in ("pytest", "unittest"):
+            env["PYTEST_ADDOPTS"] = pytest_addopts(ctr.REPORT)
+        elif framework == "go":
+            env.update(GO_ENV)
+        if stop.is_set():
+            raise _Interrupted
+        outcome = ctr.run_tests(image, tree, report_dir, instance.test_cmd, config, env=env,
+                                name_hint=f"{instance.instance_id}-{pred.rollout_id}")
+        if stop.is_set():
+            raise _Interrupted
+        if log_dir is not None:
+            (log_dir / "test_output.txt").write_text(outcome.output, errors="replace")
+            _collect_reports(report_dir, log_dir)
+        notes.append(f"== tests: exit {outcome.exit_code}, {outcome.duration_s:.2f}s, "
+                     f"{outcome.output_bytes} output bytes{' (truncated)' if outcome.truncated else ''}"
+                     f"{', OOM-killed' if outcome.oom_killed else ''}")
+        if outcome.timed_out:
+            res.exit_code = None
+            return finish("timeout", f"the tests ran past the {config.timeout:g}s timeout; the container was killed")
+        res.exit_code = outcome.exit_code
+        # pytest was told (PYTEST_ADDOPTS) to write a report: without one, the suite did not run.
+        parsed = parse_results(framework, outcome.output, report_dir, require_report=framework == "pytest")
+        graded = grade(instance, parsed, exit_code=outcome.exit_code)
+        res.tests_status = graded.tests_status if isinstance(graded.tests_status, TestsStatus) else TestsStatus(
+            **graded.tests_status)
+        res.resolved = bool(graded.resolved)
+        error = None
+        if outcome.oom_killed:
+            error = f"out of memory: a test process was killed at the {config.memory} memory limit"
+        elif outcome.truncated:
+            error = f"the tests printed {outcome.output_bytes} bytes; output kept up to {config.output_limit_bytes}"
+        return finish("resolved" if res.resolved else "unresolved", error)
+    except _Interrupted:
+        raise
+    except (WorkspaceError, ImageError, ctr.SandboxInfraError, docker.errors.DockerException) as exc:
+        if stop.is_set():
+            raise _Interrupted from exc
+        return finish("infra_error", str(exc))
+    except Exception as exc:  # a bug or an unforeseen repo state: record it, keep the run going
+        if stop.is_set():
+            raise _Interrupted from exc
+        notes.append(traceback.format_exc())
+        return finish("infra_error", f"internal error: {type(exc).__name__}: {exc}")
+    finally:
+        for p in (tree, report_dir):
+            if p is not None:
+                remove_tree(p)
+        group.release()
+
+
+@contextmanager
+def _signals_raise(stop: threading.Event):
+    """SIGTERM behaves like Ctrl-C, so both reach the `finally` that removes the containers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        stop.set()
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def evaluate_predictions(
+    instances: Mapping[str, Instance] | Iterable[Instance],
+    predictions: list[Prediction],
+    config: SandboxConfig,
+    *,
+    run_dir: Path | str | None = None,
+    redo: bool = False,
+    progress: bool = False,
+    extra_report: dict | None = None,
+) -> list[EvalResult]:
+    """Evaluate `predictions` against `instances`; returns one result per known prediction, in input order.
+    With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished."""
+    if not isinstance(instances, Mapping):
+        instances = {i.instance_id: i for i in instances}
+    if config.repos_dir is None:
+        raise ValueError("SandboxConfig.repos_dir is required")
+    t_start = time.monotonic()
+    run_dir = Path(run_dir) if run_dir is not None else None
+    known = [p for p in predictions if p.instance_id in instances]
+    unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
+    keys = [(p.instance_id, p.rollout_id) for p in known]
+    writer = ResultWriter(run_dir / "results.jsonl") if run_dir else None
+    done: dict[tuple[str, str], EvalResult] = {}
+    if writer is not None:
+        if redo:
+            writer.drop(set(keys))
+        done = read_results(writer.path)
+    todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
+    # Group by instance, keeping first-seen order, so one group's rollouts run together.
+    order: dict[str, list[Prediction]] = {}
+    for p in todo:
+        order.setdefault(p.instance_id, []).append(p)
+    tmp_root = None
+    groups = {iid: _Group(instances[iid], len(ps), config, tmp_root) for iid, ps in order.items()}
+    images = {iid: None for iid in order}
+    image_errors: dict[str, str] = {}
+    for iid in order:
+        inst = instances[iid]
+        try:
+            images[iid] = select_image(inst.image, inst.language, inst.test_framework, config.image)
+        except ImageError as exc:
+            image_errors[iid] = str(exc)
+    missing = {img: _image_missing(img) for img in {v for v in images.values() if v}}
+    for iid, img in images.items():
+        if img and missing.get(img):
+            image_errors[iid] = missing[img]
+
+    stop = threading.Event()
+    results: dict[tuple[str, str], EvalResult] = dict(done)
+    lock = threading.Lock()
+    bar = _Progress(len(keys), sum(r.resolved for k, r in done.items() if k in set(keys)),
+                    len([k for k in keys if k in done]), enabled=progress)
+
+    def record(r: EvalResult) -> None:
+        with lock:
+            results[r.key] = r
+        if writer is not None:
+            writer.write(r)
+        bar.advance(r.resolved)
+
+    def task(p: Prediction) -> EvalResult:
+        if stop.is_set():
+            raise _Interrupted
+        inst = instances[p.instance_id]
+        if p.instance_id in image_errors:
+            groups[p.instance_id].release()
+            r = EvalResult(instance_id=p.instance_id, model_name_or_path=p.model_name_or_path,
+                           rollout_id=p.rollout_id, status="infra_error", error=image_errors[p.instance_id])
+        else:
+            r = evaluate_one(inst, p, groups[p.instance_id], config, images[p.instance_id],
+                             _log_dir(run_dir, p), stop)
+        record(r)
+        return r
+
+    def write_report() -> None:
+        if run_dir is None:
+            return
+        rep = build_report(run_id=config.run_id, total_instances=len(instances), submitted=keys, results=results,
+                           unknown_instance_ids=unknown, skipped_lines=(extra_report or {}).get("skipped", []),
+                           duration_s=time.monotonic() - t_start, config=_config_dict(config))
+        atomic_write_text(run_dir / "report.json", _json(rep))
+
+    pool = ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="gagar-eval")
+    futures: list[Future] = []
+    try:
+        with _signals_raise(stop), bar:
+            futures = [pool.submit(task, p) for ps in order.values() for p in ps]
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    exc = f.exception()
+                    if exc is not None and not isinstance(exc, _Interrupted):
+                        raise exc
+    except BaseException:
+        stop.set()
+        for f in futures:
+            f.cancel()
+        ctr.remove_live()  # unblocks the workers waiting on their containers
+        pool.shutdown(wait=True, cancel_futures=True)
+        for g in groups.values():
+            if g.ws is not None:
+                g.ws.close()
+        write_report()
+        raise
+    pool.shutdown(wait=True)
+    write_report()
+    return [results[k] for k in keys if k in results]
+
+
+def _config_dict(config: SandboxConfig) -> dict:
+    d = asdict(config)
+    d["repos_dir"] = str(d["repos_dir"])
+    return d
+
+
+def _json(obj: object) -> str:
+    import json
+
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+class _Progress:
+    """A rich progress bar: done/total, resolved so far, rate. A no-op when disabled."""
+
+    def __init__(self, total: int, resolved: int, done: int, *, enabled: bool) -> None:
+        self.enabled = enabled and total > 0
+        self.resolved = resolved
+        self.total = total
+        self.done = done
+        self.t0 = time.monotonic()
+        self.new = 0
+        self._p = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._p = Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
+                               TextColumn("resolved {task.fields[resolved]}"), TextColumn("{task.fields[rate]}"),
+                               TimeElapsedColumn(), transient=False)
+            self._p.__enter__()
+            self._task = self._p.add_task("eval", total=self.total, completed=self.done,
+                                          resolved=self.resolved, rate="")
+        return self
+
+    def advance(self, resolved: bool) -> None:
+        self.resolved += int(resolved)
+        self.new += 1
+        if self._p is not None:
+            dt = time.monotonic() - self.t0
+            self._p.update(self._task, advance=1, resolved=self.resolved,
+                           rate=f"{self.new / dt * 60:.1f}/min" if dt > 0 else "")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._p is not None:
+            self._p.__exit__(None, None, None)

@@ -1,0 +1,130 @@
+"""Repo copies: the repo at `base_commit` is prepared once per instance, each rollout gets a private copy.
+
+Why not hard links: a patch (or a test) that writes a file in place would write through the shared inode into
+the base and every sibling copy. A rollout copy is a real copy of the working tree plus `.git` (small repos:
+`cp -a` of a few hundred files takes milliseconds), or, for repos whose `.git` is big, a `git clone --shared`
+(the objects stay in the base, referenced by a host path the container cannot see) plus a checkout.
+Copies stay root-owned while the host applies patches (git refuses repos owned by another user), then
+`hand_over` gives them to the container user.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+SHARED_CLONE_ABOVE = 64 << 20  # .git bytes above which a rollout copy shares objects instead of copying them
+SANDBOX_UID = SANDBOX_GID = 1000
+
+
+class WorkspaceError(RuntimeError):
+    """The repo could not be prepared (missing clone, unknown commit); the message names what to fix."""
+
+
+def _git(args: list[str], cwd: Path | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+    if proc.returncode != 0:
+        raise WorkspaceError(f"git {' '.join(args[:2])} failed: {proc.stderr.strip()[-500:]}")
+    return proc.stdout
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def hand_over(tree: Path) -> None:
+    """Make `tree` writable by the container user: chown to uid 1000 when root (never following links — a
+    patch may add a symlink to anywhere); otherwise open the permissions, which is all a non-root host can do."""
+    is_root = os.geteuid() == 0
+    for root, dirs, files in os.walk(tree):
+        for name in [*dirs, *files, None]:
+            p = os.path.join(root, name) if name else root
+            try:
+                if is_root:
+                    os.lchown(p, SANDBOX_UID, SANDBOX_GID)
+                else:
+                    st = os.lstat(p)
+                    if not stat.S_ISLNK(st.st_mode):
+                        os.chmod(p, st.st_mode | stat.S_IRWXO if stat.S_ISDIR(st.st_mode) else st.st_mode | 0o666)
+            except OSError:
+                pass
+
+
+def remove_tree(path: Path) -> None:
+    def onerror(func, p, exc):  # a read-only dir left by the tests: open it and retry once
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=onerror)
+
+
+class GroupWorkspace:
+    """The repo at `base_commit` for one instance group, under a private temp dir removed on exit."""
+
+    def __init__(self, repos_dir: Path, repo: str, base_commit: str, *, tmp_root: Path | None = None) -> None:
+        self.source = Path(repos_dir) / repo.replace("/", "__")
+        self.base_commit = base_commit
+        self.tmp_root = tmp_root
+        self.root: Path | None = None
+        self.base: Path | None = None
+        self.shared_objects = False
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> GroupWorkspace:
+        if not (self.source / ".git").exists() and not (self.source / "HEAD").exists():
+            raise WorkspaceError(f"no git clone of the repo at {self.source} (expected <repos-dir>/<owner>__<name>)")
+        self.root = Path(tempfile.mkdtemp(prefix="gagar-ws-", dir=self.tmp_root))
+        try:
+            self.base = self.root / "base"
+            # --local hard-links the source's object files: objects are immutable and the base is never
+            # mounted into a container, so sharing them with the user's clone is safe and fast.
+            _git(["clone", "--quiet", "--local", "--no-checkout", str(self.source), str(self.base)])
+            try:
+                _git(["checkout", "--quiet", "--detach", self.base_commit], cwd=self.base)
+            except WorkspaceError as exc:
+                raise WorkspaceError(f"{self.source} has no commit {self.base_commit} ({exc})") from exc
+            self.shared_objects = _du(self.base / ".git") > SHARED_CLONE_ABOVE
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.root is not None:
+            remove_tree(self.root)
+            self.root = None
+
+    def copy(self) -> Path:
+        """A private, root-owned copy of the base tree (with its own .git) for one rollout."""
+        if self.base is None or self.root is None:
+            raise RuntimeError("GroupWorkspace is not open")
+        with self._lock:
+            self._n += 1
+            dst = self.root / f"r{self._n}"
+        if self.shared_objects:
+            _git(["clone", "--quiet", "--shared", "--no-checkout", str(self.base), str(dst)])
+            _git(["checkout", "--quiet", "--detach", self.base_commit], cwd=dst)
+        else:
+            subprocess.run(["cp", "-a", "--reflink=auto", str(self.base), str(dst)], check=True,
+                           capture_output=True)
+        return dst

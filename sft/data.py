@@ -1,0 +1,267 @@
+"""`gagar sft data`: judge training data with known-order labels.
+
+Two sources:
+- synthetic (default): every instance's gold patch plus cumulatively degraded variants (`sft.degrade`), whose
+  quality order is known by construction; `--groups-per-instance K` makes K groups per instance with different
+  defects and letter shuffles.
+- real rollouts (`--from-results`): the passing patches of a `gagar eval` run, grouped by instance and ranked by
+  the heuristic (`--labeller heuristic`) or a teacher model on an OpenAI-compatible server (`--labeller teacher`).
+
+OUT gets `train.jsonl` / `val.jsonl` (chat records: `messages` + scoring metadata), `groups.jsonl` and
+`labels.jsonl` for every group, `val_groups.jsonl` / `val_labels.jsonl` for `gagar sft eval` and
+`gagar grade eval`, and `manifest.json`. The split is by source instance: no instance is in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from grader.records import Candidate, Group, InputError, write_jsonl_atomic
+from sft.degrade import KINDS, DegradeError, Variant, build_variants
+from sft.records import RecordError, build_record, tiers_from_defects
+
+
+def split_instances(ids: list[str], val_fraction: float, seed: int) -> tuple[set[str], set[str]]:
+    """Train/validation sets of source instances; validation gets at least one when there are two or more."""
+    ids = sorted(set(ids))
+    random.Random(seed).shuffle(ids)
+    n_val = round(len(ids) * val_fraction)
+    if val_fraction > 0 and len(ids) >= 2:
+        n_val = min(max(1, n_val), len(ids) - 1)
+    return set(ids[n_val:]), set(ids[:n_val])
+
+
+def _verify(instances: dict[str, Any], groups: list[tuple[str, list[Variant]]], repos_dir: Path,
+            run_dir: Path | None, timeout: float) -> tuple[list[tuple[str, list[Variant]]], list[str]]:
+    """Run every variant through the sandbox; keep only passing ones (the gold must pass too)."""
+    from sandbox.config import SandboxConfig
+    from sandbox.records import Prediction
+    from sandbox.run import evaluate_predictions
+
+    preds = [
+        Prediction(instance_id=iid, model_patch=v.patch, model_name_or_path="sft-degrade",
+                   rollout_id=f"{k}:{v.rollout_id}")
+        for k, (iid, variants) in enumerate(groups) for v in variants
+    ]
+    config = SandboxConfig(repos_dir=repos_dir, timeout=timeout, run_id="sft-verify")
+    results = evaluate_predictions(instances, preds, config, run_dir=run_dir, progress=True)
+    ok = {(r.instance_id, r.rollout_id) for r in results if r.resolved}
+    kept, notes = [], []
+    for k, (iid, variants) in enumerate(groups):
+        if (iid, f"{k}:gold") not in ok:
+            notes.append(f"{iid}: the gold patch does not pass in the sandbox; group dropped")
+            continue
+        good = [v for v in variants if (iid, f"{k}:{v.rollout_id}") in ok]
+        for v in variants:
+            if v not in good:
+                notes.append(f"{iid}: variant {v.rollout_id} ({', '.join(a.kind for a in v.applied)}) fails; dropped")
+        if len(good) >= 2:
+            kept.append((iid, good))
+    return kept, notes
+
+
+def synthetic_groups(
+    instances: dict[str, Any], repos_dir: Path, *, variants: int, groups_per_instance: int, seed: int,
+    kinds: list[str], verify: bool, verify_dir: Path | None, timeout: float,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Group specs: {group, source, order, tiers, evidence, kinds} per (instance, k)."""
+    notes: list[str] = []
+    built: list[tuple[str, list[Variant]]] = []
+    for iid, inst in instances.items():
+        d = inst.to_dict() if hasattr(inst, "to_dict") else dict(inst)
+        for k in range(groups_per_instance):
+            try:
+                vs = build_variants(d, repos_dir, n_variants=variants, seed=seed * 1000 + k, kinds=kinds)
+            except DegradeError as exc:
+                notes.append(str(exc))
+                break
+            if len(vs) < 2:
+                notes.append(f"{iid}: no degradation fits this instance; skipped")
+                break
+            built.append((iid, vs))
+    if verify:
+        built, vnotes = _verify(instances, built, repos_dir, verify_dir, timeout)
+        notes += vnotes
+    specs = []
+    count: dict[str, int] = defaultdict(int)
+    for iid, vs in built:
+        k = count[iid]
+        count[iid] += 1
+        d = instances[iid].to_dict() if hasattr(instances[iid], "to_dict") else instances[iid]
+        group = Group(f"{iid}#{k}", d["repo"], d["base_commit"], d.get("problem_statement") or "",
+                      [Candidate(v.rollout_id, v.patch) for v in vs])
+        order = [v.rollout_id for v in vs]
+        specs.append({
+            "group": group,
+            "source": iid,
+            "order": order,
+            "tiers": tiers_from_defects(order, {v.rollout_id: len(v.applied) for v in vs}),
+            "evidence": {v.rollout_id: list(v.evidence) for v in vs},
+            "kinds": {v.rollout_id: [a.kind for a in v.applied] for v in vs},
+        })
+    return specs, notes
+
+
+def rollout_groups(
+    instances: dict[str, Any], results_path: Path, predictions_path: Path, repos_dir: Path, *,
+    labeller: str, base_url: str | None, model: str | None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Group specs from a `gagar eval` run: the resolved rollouts of each instance, ranked by the labeller."""
+    from grader.grade import grade_group
+    from grader.records import read_jsonl
+    from sandbox.cli import load_predictions
+
+    notes: list[str] = []
+    patches = {(p.instance_id, p.rollout_id): p.model_patch for p in load_predictions(predictions_path, notes)}
+    passing: dict[str, list[str]] = defaultdict(list)
+    for i, r in enumerate(read_jsonl(results_path), 1):
+        if not r.get("instance_id") or r.get("rollout_id") is None:
+            raise InputError(f"{results_path}: line {i} lacks instance_id or rollout_id (is it a results.jsonl?)")
+        if r.get("resolved") and not r.get("tampered_tests"):
+            passing[str(r["instance_id"])].append(str(r["rollout_id"]))
+    backend = None
+    if labeller == "teacher":
+        from grader.backends import OpenAIBackend
+
+        if not base_url or not model:
+            raise InputError("--labeller teacher needs --base-url URL and --model NAME")
+        backend = OpenAIBackend(base_url, model)
+    specs = []
+    for iid, rids in sorted(passing.items()):
+        inst = instances.get(iid)
+        if inst is None:
+            notes.append(f"{iid}: not in the instances file; skipped")
+            continue
+        cands = [Candidate(r, patches[(iid, r)]) for r in rids if (iid, r) in patches]
+        if len(cands) < 2:
+            notes.append(f"{iid}: fewer than two passing rollouts with a patch; skipped")
+            continue
+        d = inst.to_dict()
+        group = Group(iid, d["repo"], d["base_commit"], d.get("problem_statement") or "", cands)
+        g = grade_group(group, repos_dir, judge="heuristic" if labeller == "heuristic" else "llm", backend=backend)
+        if g.fallback:
+            notes.append(f"{iid}: the teacher's answer was unusable; skipped")
+            continue
+        order = [r for r in g.ranking if r in {c.rollout_id for c in cands}]
+        evidence = {r: g.evidence.get(r) or [] for r in order}
+        for r in order:  # the judge's answer format needs evidence for every candidate below tier 1
+            if g.tiers.get(r, 1) > 1 and not evidence[r]:
+                evidence[r] = [f"ranked below the best by the {labeller}"]
+        specs.append({"group": group, "source": iid, "order": order,
+                      "tiers": {r: int(g.tiers.get(r, 1)) for r in order}, "evidence": evidence,
+                      "kinds": {}})
+    return specs, notes
+
+
+def write_dataset(specs: list[dict[str, Any]], repos_dir: Path, out: Path, *, val_fraction: float, seed: int,
+                  notes: list[str], meta: dict[str, Any]) -> dict[str, Any]:
+    train_ids, val_ids = split_instances([s["source"] for s in specs], val_fraction, seed)
+    rows: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
+    groups: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
+    labels: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
+    for i, s in enumerate(specs):
+        split = "val" if s["source"] in val_ids else "train"
+        try:
+            rec = build_record(s["group"], repos_dir, s["order"], s["tiers"], s["evidence"], seed=seed + i)
+        except RecordError as exc:
+            notes.append(str(exc))
+            continue
+        rec.update(source_instance_id=s["source"], split=split, defects=s["kinds"])
+        rows[split].append(rec)
+        groups[split].append(s["group"].to_dict())
+        labels[split].append({"instance_id": s["group"].instance_id, "order": s["order"], "tiers": s["tiers"]})
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val"):
+        write_jsonl_atomic(out / f"{split}.jsonl", rows[split])
+    write_jsonl_atomic(out / "val_groups.jsonl", groups["val"])
+    write_jsonl_atomic(out / "val_labels.jsonl", labels["val"])
+    write_jsonl_atomic(out / "groups.jsonl", groups["train"] + groups["val"])
+    write_jsonl_atomic(out / "labels.jsonl", labels["train"] + labels["val"])
+    manifest = {
+        **meta,
+        "records": {k: len(v) for k, v in rows.items()},
+        "instances": {"train": sorted(train_ids), "val": sorted(val_ids)},
+        "candidates_per_group": sorted({len(s["order"]) for s in specs}),
+        "notes": notes,
+    }
+    tmp = out / ".manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out / "manifest.json")
+    return manifest
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="gagar sft data", description=__doc__.splitlines()[0])
+    p.add_argument("--instances", required=True, type=Path, help="SWE-bench-format instances (JSONL) with gold patch")
+    p.add_argument("--repos-dir", required=True, type=Path, help="directory holding <owner>__<name> git repos")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--variants", type=int, default=3, help="degraded variants per group (besides the gold)")
+    p.add_argument("--groups-per-instance", type=int, default=2)
+    p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated degradations to use")
+    p.add_argument("--val-fraction", type=float, default=0.25)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-instances", type=int, help="use only the first N instances")
+    p.add_argument("--verify", action="store_true", help="run every variant in the sandbox; drop failing ones")
+    p.add_argument("--timeout", type=float, default=600.0, help="sandbox timeout per variant (--verify)")
+    p.add_argument("--from-results", type=Path, help="`gagar eval` results.jsonl: label real rollouts instead")
+    p.add_argument("--predictions", type=Path, help="the predictions evaluated in --from-results (patches)")
+    p.add_argument("--labeller", choices=("heuristic", "teacher"), default="heuristic")
+    p.add_argument("--base-url", help="teacher: OpenAI-compatible server URL")
+    p.add_argument("--model", help="teacher: model name on that server")
+    args = p.parse_args(argv)
+    prog = "gagar sft data"
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        print(f"{prog}: unknown --kinds {', '.join(bad)}; choose from {', '.join(KINDS)}", file=sys.stderr)
+        return 2
+    if args.variants < 1 or args.groups_per_instance < 1 or not 0 <= args.val_fraction < 1:
+        print(f"{prog}: --variants and --groups-per-instance must be >= 1, --val-fraction in [0, 1)", file=sys.stderr)
+        return 2
+    if args.from_results and not args.predictions:
+        print(f"{prog}: --from-results needs --predictions (the results file has no patches)", file=sys.stderr)
+        return 2
+    if not args.repos_dir.is_dir():
+        print(f"{prog}: --repos-dir {args.repos_dir} is not a directory", file=sys.stderr)
+        return 2
+    from sandbox.cli import load_instances
+
+    notes: list[str] = []
+    try:
+        instances = load_instances(args.instances, notes)
+        if args.max_instances:
+            instances = dict(list(instances.items())[: args.max_instances])
+        if not instances:
+            raise InputError(f"{args.instances}: no usable instances")
+        if args.from_results:
+            specs, more = rollout_groups(instances, args.from_results, args.predictions, args.repos_dir,
+                                         labeller=args.labeller, base_url=args.base_url, model=args.model)
+            meta = {"source": "rollouts", "labeller": args.labeller, "results": str(args.from_results)}
+        else:
+            verify_dir = Path(tempfile.mkdtemp(prefix="verify-", dir=args.out.parent)) if args.verify else None
+            specs, more = synthetic_groups(
+                instances, args.repos_dir, variants=args.variants, groups_per_instance=args.groups_per_instance,
+                seed=args.seed, kinds=kinds, verify=args.verify, verify_dir=verify_dir, timeout=args.timeout,
+            )
+            meta = {"source": "synthetic", "kinds": kinds, "variants": args.variants, "verified": args.verify}
+    except (InputError, OSError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    notes += more
+    if not specs:
+        print(f"{prog}: no groups could be built:\n  " + "\n  ".join(notes[:20]), file=sys.stderr)
+        return 2
+    m = write_dataset(specs, args.repos_dir, args.out, val_fraction=args.val_fraction, seed=args.seed,
+                      notes=notes, meta=meta)
+    print(f"{prog}: {m['records']['train']} train / {m['records']['val']} val records "
+          f"({len(m['instances']['train'])} / {len(m['instances']['val'])} instances) -> {args.out}")
+    for n in notes[:10]:
+        print(f"  note: {n}")
+    return 0

@@ -1,0 +1,249 @@
+"""Candidates of known quality: the gold patch, then the gold patch degraded by 1, 2, 3 ... defects.
+
+Public data has no ranked sets of passing patches for one issue, so they are made: each variant adds one more
+defect to the previous one (debug output, dead helper, commented-out code, an unrelated edit in another file,
+reformatting of untouched code, duplicated logic, a broad try/except, a rename outside the fix), so variant k
+is strictly worse than variant k-1 by construction and the order gold > v1 > v2 > ... is known. Every edit
+keeps behaviour; `gagar sft data --verify` re-checks that in the sandbox.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from sft import degrade_curly, degrade_py
+from sft.degrade_common import Edit, FileCtx
+
+KINDS = (
+    "debug_output",
+    "dead_helper",
+    "commented_out_code",
+    "unrelated_edit",
+    "reformat",
+    "duplicated_logic",
+    "broad_except",
+    "rename_outside_fix",
+)
+EXTENSIONS = {"python": (".py",), "go": (".go",), "java": (".java",)}
+_FRAMEWORK_LANG = {"pytest": "python", "unittest": "python", "go": "go", "junit": "java"}
+# Defects that sit outside the lines the fix touches look at untouched code; the others sit next to the fix.
+_OUTSIDE = {"unrelated_edit", "reformat", "rename_outside_fix"}
+_TEST_PATH = re.compile(r"(^|/)(tests?|testing|src/test)/|(^|/)test_[^/]*\.py$|_test\.(py|go)$|Test\.java$")
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+
+
+class DegradeError(ValueError):
+    """The instance cannot be degraded (no repo, gold patch does not apply, unsupported language)."""
+
+
+@dataclass
+class Applied:
+    kind: str
+    path: str
+    marker: str
+    description: str
+
+
+@dataclass
+class Variant:
+    rollout_id: str
+    patch: str
+    applied: list[Applied] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+
+
+def language_of(instance: dict[str, Any]) -> str:
+    lang = instance.get("language") or _FRAMEWORK_LANG.get(str(instance.get("test_framework") or ""))
+    if not lang:
+        exts = {Path(pf).suffix for pf in _patch_paths(instance.get("patch") or "")}
+        lang = next((k for k, v in EXTENSIONS.items() if exts & set(v)), None)
+    if lang not in EXTENSIONS:
+        raise DegradeError(f"{instance.get('instance_id')}: unsupported language {lang!r} (python, go, java)")
+    return str(lang)
+
+
+def _patch_paths(patch: str) -> list[str]:
+    return re.findall(r"^\+\+\+ b/(\S+)", patch, flags=re.M)
+
+
+def _gold_lines(patch: str) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    added: dict[str, set[str]] = {}
+    removed: dict[str, list[str]] = {}
+    try:
+        files = PatchSet(patch)
+    except (UnidiffParseError, ValueError) as exc:
+        raise DegradeError(f"gold patch is not a unified diff: {exc}") from exc
+    for pf in files:
+        path = pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
+        for hunk in pf:
+            for line in hunk:
+                text = line.value.rstrip("\n")
+                if line.is_added and text.strip():
+                    added.setdefault(path, set()).add(text)
+                elif line.is_removed:
+                    removed.setdefault(path, []).append(text)
+    return added, removed
+
+
+def _git(repo: Path, *args: str, input_text: str | None = None) -> str:
+    import os
+
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=repo,
+        input=input_text,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **_GIT_ENV},
+    )
+    if proc.returncode != 0:
+        raise DegradeError(f"git {' '.join(args[:2])} failed: {proc.stderr.strip()[:300]}")
+    return proc.stdout
+
+
+def _handlers(language: str) -> dict[str, Callable[[FileCtx], Edit | None]]:
+    if language == "python":
+        return {k: getattr(degrade_py, k) for k in KINDS}
+    return {k: (lambda ctx, f=getattr(degrade_curly, k): f(ctx, language)) for k in KINDS}
+
+
+class _Tree:
+    """A scratch clone at base_commit with the gold patch applied, edited in place."""
+
+    def __init__(self, root: Path, base_commit: str, language: str, gold: str) -> None:
+        self.root, self.base, self.language = root, base_commit, language
+        self.added, self.removed = _gold_lines(gold)
+        self.gold_files = [p for p in _patch_paths(gold) if p.endswith(EXTENSIONS[language])]
+
+    def source_files(self) -> list[str]:
+        files = _git(self.root, "ls-files").splitlines()
+        return sorted(f for f in files if f.endswith(EXTENSIONS[self.language]) and not _TEST_PATH.search(f))
+
+    def read(self, path: str) -> list[str]:
+        return (self.root / path).read_text(encoding="utf-8").splitlines(keepends=True)
+
+    def base_lines(self, path: str) -> list[str]:
+        try:
+            return _git(self.root, "show", f"{self.base}:{path}").splitlines(keepends=True)
+        except DegradeError:
+            return []  # a file the gold patch creates
+
+    def ctx(self, path: str, rng: random.Random) -> FileCtx:
+        cur = self.read(path)
+        base = self.base_lines(path)
+        untouched: set[int] = set()
+        for block in difflib.SequenceMatcher(None, base, cur, autojunk=False).get_matching_blocks():
+            untouched.update(range(block.b, block.b + block.size))
+        added = self.added.get(path, set())
+        anchors = [i for i, ln in enumerate(cur) if i not in untouched and ln.rstrip("\n") in added]
+        return FileCtx(path, cur, anchors, untouched, rng, self.removed.get(path, []))
+
+    def patch(self) -> str:
+        _git(self.root, "add", "-A")
+        return _git(self.root, "diff", "--cached", "--no-color", "--no-ext-diff", "--binary", self.base)
+
+
+def _try_kind(
+    tree: _Tree, kind: str, handler: Callable[[FileCtx], Edit | None], rng: random.Random, used: set[str]
+) -> Applied | None:
+    gold = [f for f in tree.gold_files if not _TEST_PATH.search(f) and (tree.root / f).is_file()]
+    others = [f for f in tree.source_files() if f not in tree.gold_files]
+    rng.shuffle(others)
+    if kind == "unrelated_edit":
+        # One unrelated file per group: a second unrelated edit would not make a variant clearly worse.
+        targets = [f for f in others if f not in used]
+    elif kind in _OUTSIDE:
+        targets = gold + others
+    else:
+        targets = gold
+    for path in targets:
+        try:
+            ctx = tree.ctx(path, rng)
+        except (OSError, UnicodeDecodeError):
+            continue
+        edit = handler(ctx)
+        if edit is None or edit.lines == ctx.lines:
+            continue
+        (tree.root / path).write_text("".join(edit.lines), encoding="utf-8")
+        return Applied(kind, path, edit.marker.rstrip("\n"), edit.description)
+    return None
+
+
+def _evidence(tree: _Tree, applied: list[Applied]) -> list[str]:
+    out = []
+    for a in applied:
+        lines = [ln.rstrip("\n") for ln in tree.read(a.path)]
+        n = next((i + 1 for i, ln in enumerate(lines) if ln == a.marker), None)
+        where = f"{a.path}:{n}" if n else a.path
+        out.append(f"{where}: {a.description}")
+    return out
+
+
+def build_variants(
+    instance: dict[str, Any],
+    repos_dir: str | Path,
+    *,
+    n_variants: int = 3,
+    seed: int = 0,
+    kinds: tuple[str, ...] | list[str] = KINDS,
+    work_root: str | Path | None = None,
+) -> list[Variant]:
+    """The gold patch (rollout id `gold`) and up to `n_variants` cumulatively degraded copies (`d1`, `d2`, ...).
+
+    Returned best first: that list order is the known quality order. Kinds that do not fit this instance's
+    code (no function to rename in, no other file to touch) are skipped; fewer variants come back then.
+    """
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise DegradeError(f"unknown degradation(s) {', '.join(unknown)}; choose from {', '.join(KINDS)}")
+    iid = str(instance.get("instance_id"))
+    gold = instance.get("patch") or ""
+    if not gold.strip():
+        raise DegradeError(f"{iid}: no gold patch")
+    language = language_of(instance)
+    src = Path(repos_dir) / str(instance.get("repo", "")).replace("/", "__")
+    if not (src / ".git").exists() and not (src / "HEAD").exists():
+        raise DegradeError(f"{iid}: no git repository at {src} (expected <repos-dir>/owner__name)")
+    rng = random.Random(f"{iid}:{seed}")
+    tmp = Path(tempfile.mkdtemp(prefix="gagar-sft-", dir=work_root))
+    try:
+        root = tmp / "repo"
+        _git(tmp, "clone", "--quiet", "--shared", "--no-checkout", str(src.resolve()), str(root))
+        _git(root, "checkout", "--quiet", "--detach", str(instance["base_commit"]))
+        _git(
+            root, "apply", "--whitespace=nowarn", "-", input_text=gold if gold.endswith("\n") else gold + "\n"
+        )
+        tree = _Tree(root, str(instance["base_commit"]), language, gold)
+        handlers = _handlers(language)
+        variants = [Variant("gold", gold)]
+        applied: list[Applied] = []
+        order = list(kinds)
+        rng.shuffle(order)
+        used: set[str] = set()
+        for kind in order:
+            if len(variants) > n_variants:
+                break
+            done = _try_kind(tree, kind, handlers[kind], rng, used)
+            if done is None:
+                continue
+            used.add(done.path)
+            applied.append(done)
+            variants.append(
+                Variant(f"d{len(applied)}", tree.patch(), list(applied), _evidence(tree, applied))
+            )
+        return variants
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,88 @@
+"""One judge training record: the exact conversation the judge has at inference, ending in the known answer.
+
+Everything comes from the grader's own functions (`build_initial_messages`, `run_tool`, `format_tool_call`,
+`format_tool_result`, `format_answer`, `SharedWorkspace`), so a change to the judge's prompt or tools changes
+the training data the same way. The expert trajectory reads every candidate's diff (in letter order, so the
+reading order carries no hint), then answers; letters are the workspace's seeded shuffle, as at inference.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from grader.prompt import (
+    Answer,
+    build_initial_messages,
+    format_answer,
+    format_tool_call,
+    format_tool_result,
+    validate_answer,
+)
+from grader.records import Group
+from grader.tools import run_tool
+from grader.workspace import SharedWorkspace
+
+_LETTER_PREFIX = re.compile(r"^\[as candidate [A-Z]+\]\s*")
+
+
+class RecordError(ValueError):
+    """The group cannot become a record (a candidate did not stage, the label does not validate)."""
+
+
+def tiers_from_defects(order: list[str], defects: dict[str, int]) -> dict[str, int]:
+    """Tier 1 for a clean candidate, 2 for one defect, 3 for two or more."""
+    return {rid: min(3, 1 + defects.get(rid, 0)) for rid in order}
+
+
+def build_record(
+    group: Group,
+    repos_dir: str | Path,
+    order: list[str],
+    tiers: dict[str, int],
+    evidence: dict[str, list[str]],
+    *,
+    seed: int = 0,
+    extra_calls: list[tuple[str, dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """A chat record for `group` whose final answer ranks rollout ids `order` (best first).
+
+    `tiers` and `evidence` are keyed by rollout id; the record holds them by letter, as the judge writes them.
+    The returned dict has `messages` (what SFT trains on) plus the mapping needed to score a prediction.
+    """
+    with SharedWorkspace(group, repos_dir, seed=seed) as ws:
+        if ws.failed:
+            rid, why = next(iter(ws.failed.items()))
+            raise RecordError(f"{group.instance_id}: candidate {rid} could not be staged: {why}")
+        labels = list(ws.labels)
+        messages = build_initial_messages(group, ws, labels)
+        calls: list[tuple[str, dict[str, Any]]] = [("show_diff", {"candidate": lab}) for lab in labels]
+        calls += extra_calls or []
+        for name, args in calls:
+            messages.append({"role": "assistant", "content": format_tool_call(name, args)})
+            messages.append(format_tool_result(name, run_tool(ws, name, args)))
+        to_label = ws.rollout_to_label
+        ranking = [to_label[r] for r in order]
+        tiers_l = {to_label[r]: int(tiers[r]) for r in order}
+        ev_l = {to_label[r]: [_LETTER_PREFIX.sub("", s) for s in evidence.get(r, [])] for r in order}
+        problems = validate_answer(Answer(ranking, tiers_l, ev_l), labels)
+        if problems:
+            raise RecordError(f"{group.instance_id}: label does not make a valid answer: {'; '.join(problems)}")
+        messages.append({"role": "assistant", "content": format_answer(ranking, tiers_l, ev_l)})
+        return {
+            "instance_id": group.instance_id,
+            "messages": messages,
+            "order": list(order),
+            "tiers": {r: int(tiers[r]) for r in order},
+            "label_to_rollout": dict(ws.label_to_rollout),
+            "workspace_seed": seed,
+        }
+
+
+def prompt_until_answer(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The record's conversation without its final answer: what the model answers from in answer-step eval."""
+    msgs = record["messages"]
+    if not msgs or msgs[-1].get("role") != "assistant":
+        raise RecordError(f"{record.get('instance_id')}: record does not end with the assistant's answer")
+    return msgs[:-1]

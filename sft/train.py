@@ -1,0 +1,290 @@
+"""`gagar sft train --config FILE.yaml` (or `python -m sft.train --config FILE.yaml`): LoRA SFT of the judge.
+
+TRL `SFTTrainer` + PEFT `LoraConfig`, loss on the assistant turns only (tool calls and the final answer; the
+prompt, tool results and workspace summary are context). Every epoch the validation split is scored twice:
+the loss, and the ranking metrics of the answer the model writes after the expert's inspection turns
+(answer-step evaluation: top-1, pairwise accuracy, Kendall tau, parse rate), logged side by side. The adapter
+is saved to OUTPUT/adapter (and the merged model to OUTPUT/merged with `merge: true`); checkpoints go to
+OUTPUT/checkpoint-*, and `resume_from_checkpoint: true` (or `--resume`) continues from the last one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sft.evaluate import answer_step_metrics
+
+DEFAULTS: dict[str, Any] = {
+    "model": None,
+    "tiny_model": None,
+    "data": {"train": None, "val": None},
+    "output_dir": None,
+    "lora": {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"},
+    "training": {
+        "epochs": 2,
+        "max_steps": -1,
+        "learning_rate": 1e-4,
+        "batch_size": 1,
+        "gradient_accumulation_steps": 8,
+        "max_length": 8192,
+        "packing": False,
+        "warmup_ratio": 0.03,
+        "weight_decay": 0.0,
+        "lr_scheduler": "cosine",
+        "logging_steps": 5,
+        "save_strategy": "epoch",
+        "save_steps": 500,
+        "save_total_limit": 2,
+        "seed": 0,
+        "repeat": 1,
+        "gradient_checkpointing": "auto",
+        "bf16": "auto",
+    },
+    "eval": {"ranking": True, "max_groups": 32, "max_new_tokens": 512},
+    "merge": False,
+    "resume_from_checkpoint": None,
+}
+
+
+class ConfigError(ValueError):
+    """The YAML config is missing something or has a key this trainer does not know."""
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the config must be a mapping")
+    cfg: dict[str, Any] = {}
+    for key, default in DEFAULTS.items():
+        value = raw.get(key, default)
+        if isinstance(default, dict) and key != "tiny_model":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: `{key}` must be a mapping")
+            unknown = sorted(set(value) - set(default))
+            if unknown:
+                raise ConfigError(f"{path}: unknown `{key}` keys {unknown}; known: {sorted(default)}")
+            value = {**default, **value}
+        cfg[key] = value
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {unknown}; known: {sorted(DEFAULTS)}")
+    if bool(cfg["model"]) == bool(cfg["tiny_model"]):
+        raise ConfigError(f"{path}: give exactly one of `model` (hub id or path) and `tiny_model` (a mapping)")
+    if not cfg["data"]["train"] or not cfg["output_dir"]:
+        raise ConfigError(f"{path}: `data.train` and `output_dir` are required")
+    return cfg
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    from grader.records import read_jsonl
+
+    rows = read_jsonl(path)
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r.get("messages"), list) or not r["messages"]:
+            raise ConfigError(f"{path}: record {i} has no `messages` list (build data with `gagar sft data`)")
+    return rows
+
+
+def _fits(tokenizer: Any, records: list[dict[str, Any]], max_length: int) -> tuple[list[dict[str, Any]], int]:
+    """Records whose whole conversation fits: truncation would cut the final answer, the part that matters."""
+    keep = []
+    for r in records:
+        ids = tokenizer.apply_chat_template(r["messages"], tokenize=True, return_dict=True)["input_ids"]
+        if len(ids) <= max_length:
+            keep.append(r)
+    return keep, len(records) - len(keep)
+
+
+def _resolve_model(cfg: dict[str, Any]) -> str:
+    if cfg["model"]:
+        return str(cfg["model"])
+    from sft.tiny import build_tiny_model
+
+    tiny = dict(cfg["tiny_model"])
+    out = tiny.pop("out_dir", None) or os.path.join(str(cfg["output_dir"]), "tiny-base")
+    return str(build_tiny_model(out, **tiny))
+
+
+def _ranking_trainer_class() -> type:
+    from trl import SFTTrainer
+
+    class RankingSFTTrainer(SFTTrainer):
+        """SFTTrainer whose evaluation also logs the judge's ranking metrics next to the loss."""
+
+        def __init__(self, *a: Any, ranking_records: list[dict[str, Any]] | None = None,
+                     ranking_max_new_tokens: int = 512, **kw: Any) -> None:
+            super().__init__(*a, **kw)
+            self.ranking_records = ranking_records or []
+            self.ranking_max_new_tokens = ranking_max_new_tokens
+
+        def evaluate(self, *a: Any, **kw: Any) -> dict[str, float]:
+            metrics = super().evaluate(*a, **kw)
+            if self.ranking_records:
+                was_training = self.model.training
+                self.model.eval()
+                try:
+                    m = answer_step_metrics(self.model, self.processing_class, self.ranking_records,
+                                            max_new_tokens=self.ranking_max_new_tokens)
+                finally:
+                    self.model.train(was_training)
+                ranked = {f"eval_{k}": float(v) for k, v in m.items() if isinstance(v, int | float)}
+                self.log(ranked)
+                metrics.update(ranked)
+            return metrics
+
+    return RankingSFTTrainer
+
+
+def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str, Any]:
+    """Run one SFT job from a loaded config; returns a summary (also written to OUTPUT/sft_summary.json)."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import SFTConfig
+
+    t, lo, ev = cfg["training"], cfg["lora"], cfg["eval"]
+    out = Path(cfg["output_dir"])
+    model_path = _resolve_model(cfg)
+    gpu = torch.cuda.is_available()
+    bf16 = (gpu and torch.cuda.is_bf16_supported()) if t["bf16"] == "auto" else bool(t["bf16"])
+    # Checkpointing trades compute for memory: worth it for a 7B model on one GPU, pure cost on a CPU toy.
+    ckpt = gpu if t["gradient_checkpointing"] == "auto" else bool(t["gradient_checkpointing"])
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_rows, dropped_train = _fits(tokenizer, read_records(cfg["data"]["train"]), int(t["max_length"]))
+    val_rows, dropped_val = ([], 0)
+    if cfg["data"]["val"]:
+        val_rows, dropped_val = _fits(tokenizer, read_records(cfg["data"]["val"]), int(t["max_length"]))
+    if not train_rows:
+        raise ConfigError(f"no training record fits max_length={t['max_length']} tokens; raise training.max_length")
+    train_ds = Dataset.from_list([{"messages": r["messages"]} for r in train_rows] * max(1, int(t["repeat"])))
+    val_ds = Dataset.from_list([{"messages": r["messages"]} for r in val_rows]) if val_rows else None
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if bf16 else torch.float32)
+    targets = lo["target_modules"]
+    lora = LoraConfig(r=int(lo["r"]), lora_alpha=int(lo["alpha"]), lora_dropout=float(lo["dropout"]),
+                      target_modules=targets if isinstance(targets, str) else list(targets), task_type="CAUSAL_LM")
+    steps_per_epoch = math.ceil(len(train_ds) / (int(t["batch_size"]) * int(t["gradient_accumulation_steps"])))
+    args = SFTConfig(
+        output_dir=str(out),
+        num_train_epochs=float(t["epochs"]),
+        max_steps=int(t["max_steps"]),
+        learning_rate=float(t["learning_rate"]),
+        per_device_train_batch_size=int(t["batch_size"]),
+        per_device_eval_batch_size=1,
+        gradient_accumulation_steps=int(t["gradient_accumulation_steps"]),
+        warmup_steps=int(float(t["warmup_ratio"]) * steps_per_epoch * float(t["epochs"])),
+        weight_decay=float(t["weight_decay"]),
+        lr_scheduler_type=str(t["lr_scheduler"]),
+        max_length=int(t["max_length"]),
+        packing=bool(t["packing"]),
+        assistant_only_loss=True,
+        gradient_checkpointing=ckpt,
+        activation_checkpointing=False,
+        bf16=bf16,
+        use_cpu=not gpu,
+        logging_steps=int(t["logging_steps"]),
+        eval_strategy="epoch" if val_ds is not None else "no",
+        save_strategy=str(t["save_strategy"]),
+        save_steps=int(t["save_steps"]),
+        save_total_limit=int(t["save_total_limit"]) if t["save_total_limit"] else None,
+        seed=int(t["seed"]),
+        report_to="none",
+        dataset_num_proc=None,
+    )
+    trainer = _ranking_trainer_class()(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=val_ds,
+        processing_class=tokenizer,
+        peft_config=lora,
+        ranking_records=val_rows[: int(ev["max_groups"])] if ev["ranking"] else [],
+        ranking_max_new_tokens=int(ev["max_new_tokens"]),
+    )
+    resume = cfg["resume_from_checkpoint"] if resume is None else resume
+    if resume is True:
+        resume = get_last_checkpoint(str(out)) if out.is_dir() else None
+    elif resume:
+        resume = str(resume)
+        if not Path(resume).is_dir():
+            raise ConfigError(f"resume_from_checkpoint: {resume} is not a checkpoint directory")
+    result = trainer.train(resume_from_checkpoint=resume or None)
+    adapter_dir = out / "adapter"
+    trainer.save_model(str(adapter_dir))
+    tokenizer.save_pretrained(str(adapter_dir))
+    merged_dir = None
+    if cfg["merge"]:
+        merged_dir = out / "merged"
+        merged = trainer.model.merge_and_unload()
+        merged.save_pretrained(str(merged_dir))
+        tokenizer.save_pretrained(str(merged_dir))
+    history = trainer.state.log_history
+    summary = {
+        "base_model": model_path,
+        "adapter": str(adapter_dir),
+        "merged": str(merged_dir) if merged_dir else None,
+        "resumed_from": resume or None,
+        "global_step": trainer.state.global_step,
+        "train_loss": result.training_loss,
+        "records": {"train": len(train_rows), "val": len(val_rows)},
+        "dropped_too_long": {"train": dropped_train, "val": dropped_val},
+        "device": "cuda" if gpu else "cpu",
+        "bf16": bf16,
+        "gradient_checkpointing": ckpt,
+        "loss_curve": [(h["step"], h["loss"]) for h in history if "loss" in h],
+        "eval": [{k: v for k, v in h.items() if k.startswith("eval_") or k in ("epoch", "step")}
+                 for h in history if any(k.startswith("eval_") for k in h)],
+    }
+    tmp = out / ".sft_summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out / "sft_summary.json")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gagar sft train", description="LoRA SFT of the judge (TRL + PEFT).")
+    p.add_argument("--config", required=True, help="YAML config (see configs/sft_tiny.yaml, configs/sft_gpu.yaml)")
+    p.add_argument("--resume", nargs="?", const="last", help="resume from the last checkpoint, or from PATH")
+    p.add_argument("--output-dir", help="override `output_dir` of the config")
+    p.add_argument("--max-steps", type=int, help="override training.max_steps")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = load_config(args.config)
+        if args.output_dir:
+            cfg["output_dir"] = args.output_dir
+        if args.max_steps is not None:
+            cfg["training"]["max_steps"] = args.max_steps
+        resume = True if args.resume == "last" else args.resume
+        summary = train(cfg, resume=resume)
+    except ConfigError as exc:
+        print(f"gagar sft train: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"gagar sft train: {exc}", file=sys.stderr)
+        return 2
+    ev = summary["eval"][-1] if summary["eval"] else {}
+    print(f"gagar sft train: {summary['global_step']} steps, train loss {summary['train_loss']:.4f}"
+          + (f", eval loss {ev.get('eval_loss', float('nan')):.4f}, top-1 {ev.get('eval_top1', float('nan')):.2f}, "
+             f"parse rate {ev.get('eval_parse_rate', float('nan')):.2f}" if ev else "")
+          + f"; adapter -> {summary['adapter']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

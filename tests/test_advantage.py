@@ -1,0 +1,158 @@
+"""Advantage estimators against the plain-Python reference, edge cases, invariances (CPU; CUDA when present)."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from advantage_reference import REFS, gapo_ref, grouped_ref
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainer.advantage import ESTIMATORS, compute_advantages, mixed_outcome, register_estimator
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+EXAMPLES = 300 if os.environ.get("GAGAR_FULL") else 40
+HSET = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Dyadic rewards (multiples of 1/4) are exact in float32, so window ties are real ties for both implementations.
+reward = st.integers(-40, 40).map(lambda v: v / 4)
+group = st.lists(reward, min_size=1, max_size=12)
+params = st.sampled_from(
+    [("gapo", {}), ("gapo", {"center": "mean"}), ("gapo", {"norm": False}), ("gapo", {"coverage": 0.25}),
+     ("gapo", {"coverage": 0.75, "center": "mean"}), ("gapo", {"coverage": 1.0}), ("grpo", {}),
+     ("dr_grpo", {}), ("rloo", {})]
+)
+
+
+def ref_fn(name, kw):
+    if name == "gapo":
+        return lambda r: gapo_ref(r, **kw)
+    return REFS[name]
+
+
+def close(a, b, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@HSET
+@given(groups=st.lists(group, min_size=1, max_size=6), est=params, labels=st.sampled_from(["int", "str"]),
+       seed=st.integers(0, 2**16))
+def test_flat_ragged_matches_reference(device, groups, est, labels, seed):
+    name, kw = est
+    flat = [r for g in groups for r in g]
+    index = [i for i, g in enumerate(groups) for _ in g]
+    perm = np.random.default_rng(seed).permutation(len(flat))  # groups interleaved in any order
+    flat = [flat[i] for i in perm]
+    index = [index[i] * 7 - 3 for i in perm]
+    idx = [f"uid-{i}" for i in index] if labels == "str" else torch.tensor(index, device=device)
+    got = compute_advantages(torch.tensor(flat, device=device), estimator=name, index=idx, **kw)
+    assert got.shape == (len(flat),) and got.device.type == device and got.dtype == torch.float32
+    close(got.cpu(), grouped_ref(flat, index, ref_fn(name, kw)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@HSET
+@given(n=st.integers(1, 12), b=st.integers(1, 5), est=params, data=st.data())
+def test_dense_matches_reference(device, n, b, est, data):
+    name, kw = est
+    rows = [data.draw(st.lists(reward, min_size=n, max_size=n)) for _ in range(b)]
+    got = compute_advantages(torch.tensor(rows, device=device), estimator=name, **kw)
+    assert got.shape == (b, n)
+    close(got.cpu(), [ref_fn(name, kw)(r) for r in rows])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@HSET
+@given(n=st.integers(2, 12), est=params, shift=st.integers(-8, 8), data=st.data())
+def test_shift_scale_permutation_invariance(device, n, est, shift, data):
+    name, kw = est
+    r = torch.tensor([data.draw(st.lists(reward, min_size=n, max_size=n)) for _ in range(3)], device=device)
+    base = compute_advantages(r, estimator=name, **kw)
+    close(compute_advantages(r + shift, estimator=name, **kw).cpu(), base.cpu())
+    normalised = kw.get("norm", True) and name in ("gapo", "grpo")
+    scaled = compute_advantages(r * 4, estimator=name, **kw)
+    # eps = 1e-6 in the denominator makes scale invariance approximate
+    close(scaled.cpu(), (base if normalised else base * 4).cpu(), tol=1e-4)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(n)).to(device)
+    close(compute_advantages(r[:, perm], estimator=name, **kw).cpu(), base[:, perm].cpu())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["gapo", "grpo", "dr_grpo", "rloo"])
+def test_edge_cases(device, name):
+    one = compute_advantages(torch.tensor([[3.5]], device=device), estimator=name)
+    assert one.item() == 0.0  # group of 1 -> 0
+    equal = compute_advantages(torch.full((2, 5), 0.7, device=device), estimator=name)
+    assert torch.equal(equal, torch.zeros_like(equal))  # all equal -> 0
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            compute_advantages(torch.tensor([[0.0, bad]], device=device), estimator=name)
+
+
+def test_gapo_group_of_two_and_window_ties():
+    # n = 2, coverage 0.5 -> k = 1: every one-value window has width 0, the lowest (the min) wins.
+    a = compute_advantages(torch.tensor([[5.0, 2.0]]))
+    close(a, [[3 / (3 + 1e-6), 0.0]])
+    # [0, 1, 2, 3, 10, 11]: windows of 3 have widths 2, 2, 8, 8 -> ties, the lowest [0, 1, 2] wins, Q = 1
+    a = compute_advantages(torch.tensor([[0.0, 1, 2, 3, 10, 11]]), norm=False)
+    close(a, [[-1, 0, 1, 2, 9, 10]])
+    # even k: median = mean of the two middle values; [0, 0, 1, 1, 9, 9, 9, 20] -> k = 4, window [0, 0, 1, 1]
+    a = compute_advantages(torch.tensor([[9.0, 0, 1, 9, 0, 20, 1, 9]]), norm=False)
+    close(a, [[8.5, -0.5, 0.5, 8.5, -0.5, 19.5, 0.5, 8.5]])
+    # binary rewards, 3 of 8 pass: Q = 0, failing rollouts get exactly 0
+    a = compute_advantages(torch.tensor([[1.0, 0, 0, 1, 0, 0, 1, 0]]))
+    assert (a[0][[1, 2, 4, 5, 7]] == 0).all() and (a[0][[0, 3, 6]] > 0).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_dtypes_kept(device, dtype):
+    r = torch.tensor([[0.0, 1, 1, 0.5], [2, 2, 3, 1]], device=device)
+    for name in ESTIMATORS:
+        got = compute_advantages(r.to(dtype), estimator=name)
+        assert got.dtype == dtype and got.device.type == device
+        close(got.float().cpu(), compute_advantages(r, estimator=name).cpu(), tol=2e-2)
+    assert compute_advantages(torch.tensor([[0, 1, 1]]), estimator="grpo").dtype == torch.float32
+
+
+def test_bad_usage_errors():
+    with pytest.raises(ValueError, match="unknown estimator"):
+        compute_advantages(torch.zeros(2, 3), estimator="nope")
+    with pytest.raises(ValueError, match="index="):
+        compute_advantages(torch.zeros(6))
+    with pytest.raises(ValueError, match="expected \\(6,\\)"):
+        compute_advantages(torch.zeros(6), index=[0, 1])
+    with pytest.raises(TypeError, match="integer or string"):
+        compute_advantages(torch.zeros(2), index=torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="coverage"):
+        compute_advantages(torch.zeros(1, 4), coverage=0.0)
+    with pytest.raises(ValueError, match="center"):
+        compute_advantages(torch.zeros(1, 4), center="mode")
+
+
+def test_registry_is_extensible():
+    @register_estimator("test_sign")
+    def sign(x, sizes=None):
+        return torch.sign(x)
+
+    try:
+        assert compute_advantages(torch.tensor([[-2.0, 3.0]]), estimator="test_sign").tolist() == [[-1.0, 1.0]]
+        with pytest.raises(ValueError, match="already registered"):
+            register_estimator("test_sign", lambda x, sizes=None: x)
+    finally:
+        ESTIMATORS.pop("test_sign")
+
+
+def test_verl_style_object_index_and_mixed_outcome():
+    uids = np.array(["b", "a", "b", "a", "c"], dtype=object)
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0])
+    close(compute_advantages(r, estimator="grpo", index=uids), grouped_ref(r.tolist(), list(uids), REFS["grpo"]))
+    passed = r > 0
+    assert mixed_outcome(passed, uids).tolist() == [False, True, False]  # groups a, b, c (sorted)
+    assert mixed_outcome(passed, uids, per_rollout=True).tolist() == [True, False, True, False, False]
+    dense = torch.tensor([[True, False], [True, True], [False, False]])
+    assert mixed_outcome(dense).tolist() == [True, False, False]
+    assert mixed_outcome(torch.tensor([[True]])).tolist() == [False]

@@ -1,0 +1,158 @@
+"""GAGAR redistribution, weights helpers, hack verdicts, downweight ablation (CPU; CUDA when present)."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from advantage_reference import gapo_ref, redistribute_ref
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainer.advantage import (
+    apply_hack_verdicts,
+    compute_advantages,
+    downweight,
+    gagar_advantages,
+    redistribute,
+    weights_for,
+    weights_from_ranking,
+    weights_from_tiers,
+)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+EXAMPLES = 300 if os.environ.get("GAGAR_FULL") else 40
+HSET = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# One group: which rollouts pass, a partial-credit reward, and a grader weight per rollout (NaN sometimes).
+rollout = st.tuples(st.booleans(), st.integers(0, 4), st.sampled_from([1.0, 0.6, 0.2, 0.45, 0.9, math.nan]))
+group = st.lists(rollout, min_size=1, max_size=10)
+
+
+def build(groups):
+    """Passing rollouts earn 1 + q/4, failing ones q/8 (< 1): passing rewards always exceed failing ones."""
+    rewards, passed, weights, index = [], [], [], []
+    for g, rows in enumerate(groups):
+        for ok, q, w in rows:
+            rewards.append(1 + q / 4 if ok else q / 8)
+            passed.append(ok)
+            weights.append(w)
+            index.append(g)
+    return rewards, passed, weights, index
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@HSET
+@given(groups=st.lists(group, min_size=1, max_size=5), cap=st.sampled_from([None, 3.0, 1.5]))
+def test_redistribute_properties(device, groups, cap):
+    rewards, passed, weights, index = build(groups)
+    r = torch.tensor(rewards, device=device)
+    p = torch.tensor(passed, device=device)
+    w = torch.tensor(weights, device=device)
+    adv = compute_advantages(r, index=index)
+    out = redistribute(adv, p, w, index=index, cap=cap)
+    assert out.shape == adv.shape and out.device.type == device
+    idx, wn = np.array(index), np.array(weights)
+    a0, a1, pn = adv.cpu().numpy(), out.cpu().numpy(), np.array(passed)
+    for g in range(len(groups)):
+        m = idx == g
+        expect = redistribute_ref(a0[m].tolist(), pn[m].tolist(), wn[m].tolist(), cap=cap)
+        np.testing.assert_allclose(a1[m], expect, rtol=1e-5, atol=1e-6)
+        pos = m & pn & (a0 > 0)
+        if pos.any():
+            f = wn[pos] / wn[pos].max()
+            lam = a0[pos].sum() / (a0[pos] * f).sum()
+            floor = max([0.0] + a0[m & ~pn].tolist())
+            if (cap is None or lam <= cap) and (lam * f * a0[pos] > floor).all():
+                # the sum is preserved whenever neither the cap nor the floor binds
+                assert abs(a1[pos].sum() - a0[pos].sum()) <= 1e-5 * max(1.0, abs(a0[pos].sum()))
+        if (m & pn).any() and (m & ~pn).any():  # never at or below a failing rollout
+            assert a1[m & pn].min() > a1[m & ~pn].max()
+        assert np.array_equal(a1[m & ~pn], a0[m & ~pn])  # failing rollouts unchanged
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_identity_when_weights_equal_and_unusable_groups_unchanged(device):
+    r = torch.tensor([[1.0, 0, 1, 1, 0, 0], [1, 1, 0, 0, 0, 1], [0, 1, 0, 0, 0, 0]], device=device)
+    p = r > 0
+    adv = compute_advantages(r)
+    for f in (1.0, 0.6, 0.2):
+        assert torch.equal(redistribute(adv, p, torch.full_like(r, f)), adv)
+    w = torch.tensor([[1.0, 9, 0.2, 0.6, 9, 9], [math.nan, 1, 9, 9, 9, 0.2], [9, 0.2, 9, 9, 9, 9]], device=device)
+    w = torch.where(p, w, torch.full_like(w, math.nan))  # failing rollouts carry no weight
+    out = redistribute(adv, p, w)
+    assert torch.equal(out[1], adv[1])  # a NaN weight on a passing rollout: grading unusable
+    assert torch.equal(out[2], adv[2])  # one passing rollout: λ·f̂ = 1
+    assert not torch.equal(out[0], adv[0])
+    assert torch.allclose(out[0][p[0]].sum(), adv[0][p[0]].sum())
+    kept = redistribute(adv, p, w, usable=torch.tensor([False, True, True], device=device))
+    assert torch.equal(kept[0], adv[0])
+
+
+def test_cap_binds_and_bf16():
+    adv = torch.tensor([[1.0, 1, 1, 1, 1, 1, -2, -2]])
+    p = torch.tensor([[True] * 6 + [False] * 2])
+    w = torch.tensor([[1.0, 0.2, 0.2, 0.2, 0.2, 0.2, 1, 1]])
+    # λ = 6 / (1 + 5·0.2) = 3 exactly at the default cap; a cap of 2 binds
+    close = redistribute(adv, p, w)
+    assert torch.allclose(close[0, :6], torch.tensor([3.0, 0.6, 0.6, 0.6, 0.6, 0.6]))
+    capped = redistribute(adv, p, w, cap=2.0)
+    assert torch.allclose(capped[0, :6], torch.tensor([2.0, 0.4, 0.4, 0.4, 0.4, 0.4]))
+    assert capped[0, :6].sum() < 6
+    half = redistribute(adv.bfloat16(), p, w.bfloat16())
+    assert half.dtype == torch.bfloat16 and torch.allclose(half.float(), close, atol=2e-2)
+    with pytest.raises(ValueError, match="cap"):
+        redistribute(adv, p, w, cap=0.5)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        redistribute(adv, p, torch.full_like(w, 1.5))
+
+
+def test_floor_keeps_passing_above_positive_failing():
+    # Non-binary rewards: a failing rollout can carry a positive advantage; a low-weight passing one must stay above.
+    adv = torch.tensor([[3.0, 0.5, 0.4, -1.0]])
+    p = torch.tensor([[True, True, False, False]])
+    w = torch.tensor([[1.0, 0.2, math.nan, math.nan]])
+    out = redistribute(adv, p, w)
+    assert out[0, 1] > out[0, 2] == 0.4 and out[0, 3] == -1.0
+
+
+def test_downweight_shrinks_the_signal():
+    adv = compute_advantages(torch.tensor([[1.0, 1, 1, 0, 0, 0, 0, 0]]))
+    p = adv > 0
+    w = torch.tensor([[1.0, 0.6, 0.2, 1, 1, 1, 1, 1]])
+    down = downweight(adv, p, w)
+    assert torch.allclose(down, adv * torch.where(p, w, torch.ones_like(w)))
+    assert down[p].sum() < adv[p].sum()
+    assert torch.allclose(redistribute(adv, p, w)[p].sum(), adv[p].sum())
+
+
+def test_hack_verdicts_turn_rollouts_into_failures():
+    r = torch.tensor([[1.0, 1, 0, 1]])
+    p = r > 0
+    hacked = torch.tensor([[False, True, False, False]])
+    r2, p2 = apply_hack_verdicts(r, p, hacked)
+    assert r2.tolist() == [[1.0, 0.0, 0.0, 1.0]] and p2.tolist() == [[True, False, False, True]]
+    w = torch.tensor([[1.0, 1.0, math.nan, 0.2]])
+    adv = gagar_advantages(r, p, w, hacked=hacked)
+    base = torch.tensor([gapo_ref([1.0, 0.0, 0.0, 1.0])])
+    assert adv[0, 1] == base[0, 1] and adv[0, 1] <= 0  # the hack is scored as the failure it is
+    assert adv[0, 0] > adv[0, 3] > 0
+
+
+def test_weight_helpers():
+    assert weights_from_tiers({"a": 1, "b": 2, "c": 3}) == {"a": 1.0, "b": 0.6, "c": 0.2}
+    t = weights_from_tiers(torch.tensor([1, 3, 0]))
+    assert t[:2].tolist() == pytest.approx([1.0, 0.2]) and math.isnan(t[2])
+    assert weights_from_tiers([1, 2], values={1: 1.0, 2: 0.5}).tolist() == [1.0, 0.5]
+    with pytest.raises(ValueError, match="unknown tier"):
+        weights_from_tiers([4])
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        weights_from_tiers([1], values={1: 0.0})
+    ranked = weights_from_ranking(["x", "y", "z"])
+    assert ranked == pytest.approx({"x": 1.0, "y": 0.6, "z": 0.2})
+    assert weights_from_ranking(["only"]) == {"only": 1.0}
+    with pytest.raises(ValueError, match="twice"):
+        weights_from_ranking(["x", "x"])
+    looked = weights_for(["x", "q", "z"], ranked)
+    assert looked[0] == 1.0 and math.isnan(looked[1])

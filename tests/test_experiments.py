@@ -1,0 +1,224 @@
+"""`gagar experiment bloat|skew`: short runs produce well-formed results; the harness's pieces do what they say.
+
+Most bloat tests use TINY_CACHE, a purpose-made verdict cache that stands for what `verdicts.build_verdicts`
+writes: the sandbox's verdicts (reward, diff size) of three tasks' patches and the heuristic grader's weights for
+every subset of each task's passing patches (tiers 1 / 3 → weights 1.0 / 0.2, as the grader maps them). The
+docker-marked test builds a real cache from one bundled task with the real sandbox and the real grader.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.experiments import cli
+from trainer.experiments.bloat import METRICS, Bandit, BloatConfig, run_bloat, run_method
+from trainer.experiments.skew import SHAPES, SkewConfig, ppo_clip_fraction, run_skew, true_rank_signs
+from trainer.experiments.verdicts import (
+    FORMAT,
+    VerdictError,
+    build_verdicts,
+    diff_size,
+    load_verdicts,
+    subset_key,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The CLI runs on one intra-op thread (tiny tensors); do the same here and restore the setting after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _tiny_cache() -> dict:
+    """Three tasks; each has a minimal fix (2 lines), a bloated one (12 lines), a gold one (5 lines, task 0
+    only) and two failing patches. The grader puts the smallest passing patches in tier 1, bloated in tier 3."""
+    patches: dict[str, dict] = {}
+    tasks = []
+    for t in range(3):
+        cands = [("minimal", 1, 1.0, 2), ("bloated", 3, 1.0, 12), ("wrong-a", None, 0.0, 3), ("wrong-b", None, 0.0, 4)]
+        if t == 0:
+            cands.insert(1, ("gold", 2, 1.0, 5))
+        entries = []
+        for rid, rank, reward, lines in cands:
+            h = f"t{t}-{rid}"
+            patches[h] = {"status": "resolved" if reward else "unresolved", "resolved": bool(reward),
+                          "tampered_tests": False, "reward": reward, "tests_passed": 0, "tests_total": 0,
+                          "diff_lines": lines, "files_changed": 1}
+            entries.append({"rollout_id": rid, "patch_hash": h, "kind": rid.split("-")[0], "quality_rank": rank})
+        passing = [e["rollout_id"] for e in entries if patches[e["patch_hash"]]["reward"] > 0]
+        gradings = {}
+        for k in range(1, len(passing) + 1):
+            for combo in itertools.combinations(passing, k):
+                tiers = {r: (3 if r == "bloated" and len(combo) > 1 else 1) for r in combo}
+                gradings[subset_key(combo)] = {"ranking": sorted(combo, key=lambda r: tiers[r]), "tiers": tiers,
+                                               "weights": {r: 1.0 if v == 1 else 0.2 for r, v in tiers.items()},
+                                               "fallback": False}
+        tasks.append({"instance_id": f"task-{t}", "repo": "acme/x", "candidates": entries, "gradings": gradings})
+    return {"format": FORMAT, "source": {"purpose": "test stand-in"}, "tasks": tasks, "patches": patches}
+
+
+TINY_CACHE = _tiny_cache()
+
+
+def test_diff_size_counts_changed_lines_and_files():
+    patch = ("diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n-a = 1\n+a = 2\n b = 3\n")
+    assert diff_size(patch) == (2, 1)
+    assert diff_size("") == (0, 0)
+
+
+def test_weight_table_matches_gradings():
+    bandit = Bandit(TINY_CACHE)
+    table = bandit.weight_table()
+    ids = bandit.rollout_ids[0]
+    mask = (1 << ids.index("minimal")) | (1 << ids.index("bloated"))
+    assert table[0, mask, ids.index("minimal")] == 1.0
+    assert table[0, mask, ids.index("bloated")] == pytest.approx(0.2)
+    assert torch.isnan(table[0, mask, ids.index("gold")])  # not in that group
+    assert torch.isnan(table[0, 1 << ids.index("wrong-a")]).all()  # failing patches are never graded
+
+
+def test_bloat_short_run_is_well_formed_and_learns():
+    cfg = BloatConfig(steps=40, n=8, lr=1.0)
+    result = run_bloat(TINY_CACHE, cfg, seeds=3)
+    json.dumps(result)
+    assert set(result["methods"]) == {"grpo", "grpo+gagar", "gapo+gagar", "downweight"}
+    for data in result["methods"].values():
+        curves = data["curves"]
+        assert set(curves) == set(METRICS)
+        assert len(curves["pass_rate"]["mean"]) == cfg.steps + 1  # policy read before each step and at the end
+        assert len(curves["pos_adv_sum"]["mean"]) == cfg.steps
+        assert curves["pass_rate"]["mean"][0] == pytest.approx(np.mean([3 / 5, 2 / 4, 2 / 4]))  # uniform start
+        assert data["final"]["pass_rate"]["mean"] > curves["pass_rate"]["mean"][0] + 0.2
+        assert 0.0 <= data["final"]["minimal_share"]["mean"] <= 1.0
+        assert 2.0 <= data["final"]["diff_lines"]["mean"] <= 12.0
+        assert len(data["per_seed_final"]) == 3
+    assert [t["passing"] for t in result["tasks"]] == [3, 2, 2]
+
+
+def test_gagar_raises_minimal_share_where_grpo_is_indifferent():
+    bandit = Bandit(TINY_CACHE)
+    cfg = BloatConfig(steps=60, n=8, lr=1.0)
+    seeds = list(range(8))
+    grpo = run_method("grpo", bandit, cfg, seeds)
+    gagar = run_method("grpo+gagar", bandit, cfg, seeds)
+    start = grpo["minimal_share"][:, 0].mean()
+    assert gagar["minimal_share"][:, -1].mean() > start + 0.15
+    assert abs(grpo["minimal_share"][:, -1].mean() - start) < 0.15
+    assert gagar["diff_lines"][:, -1].mean() < grpo["diff_lines"][:, -1].mean()
+
+
+def test_downweight_shrinks_the_positive_signal_gagar_preserves():
+    bandit = Bandit(TINY_CACHE)
+    cfg = BloatConfig(steps=1, n=8, lr=1.0)
+    seeds = list(range(6))  # step 0 sees the same logits and the same samples in every method
+    grpo = run_method("grpo", bandit, cfg, seeds)["pos_adv_sum"][:, 0]
+    gagar = run_method("grpo+gagar", bandit, cfg, seeds)["pos_adv_sum"][:, 0]
+    down = run_method("downweight", bandit, cfg, seeds)["pos_adv_sum"][:, 0]
+    assert np.all(gagar <= grpo + 1e-9)  # equal unless the λ cap binds
+    assert gagar.sum() > 0.9 * grpo.sum()
+    assert np.all(down <= gagar + 1e-9) and down.sum() < 0.9 * gagar.sum()
+
+
+def test_skew_short_run_is_well_formed():
+    cfg = SkewConfig(n=8, configs=120, replicates=4)
+    result = run_skew(2, cfg)
+    json.dumps(result)
+    assert set(result["summary"]) == {"grpo", "gapo"}
+    for est, rows in result["summary"].items():
+        assert rows["all"]["sign_error_rank"]["mean"] < 0.45, est  # far better than a coin
+        for shape, row in rows.items():
+            for key in ("sign_error_rank", "sign_error_value", "zero_adv", "clip_frac"):
+                assert 0.0 <= row[key]["mean"] <= 1.0, (est, shape, key)
+            assert row["rank_var"]["mean"] >= 0.0
+    # GRPO's advantages are z-scores per group (Bessel-corrected std): Σ A² = n − 1 in every group, so the
+    # pooled variance is (n − 1)/n.
+    assert result["summary"]["grpo"]["all"]["adv_var"]["mean"] == pytest.approx(7 / 8, abs=0.01)
+    shares = [result["per_seed"][0]["calibration"][s]["share"] for s in SHAPES]
+    assert sum(shares) == pytest.approx(1.0)
+    assert shares[0] > 0.5  # most groups are "normal", as in the GAPO paper's proportions
+
+
+def test_true_rank_signs_split_each_group_in_halves():
+    rng = np.random.default_rng(0)
+    q = np.clip(rng.normal(0.5, 0.4, size=(50, 3, 8)), 0, 1)  # many ties at 0 and 1
+    s = true_rank_signs(q, rng)
+    assert np.all(s.sum(-1) == 0)
+    best = np.argmax(q + np.arange(8) * 1e-12, -1)
+    assert np.all(np.take_along_axis(s, best[..., None], -1) == 1)
+
+
+def test_ppo_clip_fraction():
+    cfg = SkewConfig(epochs=4, lr=0.1, clip_eps=0.2)
+    adv = np.array([0.0, 0.01, 10.0, -10.0])
+    # |A| = 10: the first epoch moves log π by ±1, past the band, so the next three epochs are clipped.
+    assert ppo_clip_fraction(adv, cfg).tolist() == [0.0, 0.0, 0.75, 0.75]
+
+
+def test_cli_skew_writes_json_and_png(tmp_path):
+    rc = cli.main(["skew", "--seeds", "1", "--configs", "40", "--replicates", "3", "--n", "8", "--out", str(tmp_path)])
+    assert rc == 0
+    data = json.loads((tmp_path / "skew.json").read_text())
+    assert data["experiment"] == "skew" and data["config"]["n"] == 8
+    assert (tmp_path / "skew.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_bloat_reuses_a_verdict_cache(tmp_path):
+    cache = tmp_path / "verdicts.json"
+    cache.write_text(json.dumps(TINY_CACHE))
+    rc = cli.main(["bloat", "--verdicts", str(cache), "--seeds", "2", "--steps", "5", "--out", str(tmp_path / "o")])
+    assert rc == 0
+    data = json.loads((tmp_path / "o" / "bloat.json").read_text())  # strict JSON: NaN written as null
+    assert data["config"]["steps"] == 5 and len(data["methods"]["grpo"]["curves"]["entropy"]["mean"]) == 6
+    assert (tmp_path / "o" / "bloat.png").stat().st_size > 1000
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    assert cli.main(["bloat", "--verdicts", str(bad), "--out", str(tmp_path)]) == 2
+    assert "not a verdict cache" in capsys.readouterr().err
+    assert cli.main(["bloat", "--verdicts", str(bad), "--methods", "grpo,ppo", "--out", str(tmp_path)]) == 2
+    assert cli.main(["skew", "--n", "7", "--out", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bloat", "--seeds", "0"])
+    assert exc.value.code == 2
+    with pytest.raises(VerdictError, match="no verdict"):
+        broken = dict(TINY_CACHE, patches={})
+        bad.write_text(json.dumps(broken))
+        load_verdicts(bad)
+
+
+@pytest.mark.docker
+def test_real_sandbox_and_grader_build_a_verdict_cache(tmp_path):
+    """One bundled Python task through the real sandbox and the real heuristic grader."""
+    tasks = tmp_path / "tasks"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(tasks)], check=True,
+                   capture_output=True)
+    instances = [json.loads(line) for line in (tasks / "instances.jsonl").read_text().splitlines() if line]
+    iid = next(i["instance_id"] for i in instances if i.get("language", "python") == "python")
+    cache = build_verdicts(tasks, instance_ids=[iid], max_workers=2)
+    (task,) = cache["tasks"]
+    by_kind = {c["kind"]: cache["patches"][c["patch_hash"]] for c in task["candidates"]}
+    assert by_kind["minimal"]["reward"] == 1.0 and by_kind["minimal"]["status"] == "resolved"
+    assert by_kind["wrong"]["reward"] == 0.0
+    assert by_kind["minimal"]["diff_lines"] < by_kind["bloated"]["diff_lines"]
+    passing = [c for c in task["candidates"] if cache["patches"][c["patch_hash"]]["reward"] > 0]
+    assert len(task["gradings"]) == 2 ** len(passing) - 1
+    pair = task["gradings"][subset_key(["minimal", "bloated"])]
+    assert pair["ranking"][0] == "minimal" and pair["weights"]["minimal"] >= pair["weights"]["bloated"]
+    path = tmp_path / "verdicts.json"
+    path.write_text(json.dumps(cache))
+    assert cli.main(["bloat", "--verdicts", str(path), "--seeds", "1", "--steps", "3", "--out", str(tmp_path)]) == 0

@@ -1,0 +1,72 @@
+"""Helpers shared by the grader tests (no tests here): purpose-made git repos and the bundled tasks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+}
+_TASKS: dict[str, Path] = {}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(repos_dir: Path, files: dict[str, str], name: str = "acme__calc") -> tuple[Path, str]:
+    """A git repo `<repos_dir>/<name>` holding `files` in one commit; returns (path, commit)."""
+    repo = repos_dir / name
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    for rel, text in files.items():
+        p = repo / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    return repo, git(repo, "rev-parse", "HEAD").strip()
+
+
+def make_patch(repo: Path, changes: dict[str, str | None]) -> str:
+    """The `git diff` of writing `changes` (None deletes) on top of HEAD; the repo is left unchanged."""
+    for rel, text in changes.items():
+        p = repo / rel
+        if text is None:
+            p.unlink()
+        else:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+    git(repo, "add", "-A")
+    patch = git(repo, "diff", "--cached", "HEAD")
+    git(repo, "reset", "-q", "--hard", "HEAD")
+    return patch
+
+
+def bundled_tasks(base: Path) -> Path:
+    """Build the bundled tasks once per test session (examples/build_tasks.py, offline and fast)."""
+    if "dir" not in _TASKS:
+        out = base / "tasks"
+        subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(out)],
+                       check=True, capture_output=True, text=True, timeout=600)
+        _TASKS["dir"] = out
+    return _TASKS["dir"]
+
+
+CALC = '''def add(a, b):
+    return a - b
+
+
+def sub(a, b):
+    return a - b
+
+
+def mul(a, b):
+    return a * b
+'''

@@ -1,0 +1,237 @@
+"""`gagar eval` end to end with real Docker and real git: every status, resume, --redo, input handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sandbox_fixtures import CalcTask, leftover_containers, require_docker, results_by_rollout
+
+from sandbox.cli import eval_main, load_predictions
+from sandbox.records import STATUSES
+from sandbox.report import ResultWriter, read_results
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _eval(task: CalcTask, preds: Path, out: Path, run_id: str, *extra: str, instances: Path | None = None) -> int:
+    return eval_main([
+        "--instances", str(instances or task.root / "instances.jsonl"), "--predictions", str(preds),
+        "--repos-dir", str(task.repos_dir), "--run-id", run_id, "--report-dir", str(out), "--no-progress",
+        *extra,
+    ])
+
+
+@pytest.fixture
+def task(tmp_path: Path) -> CalcTask:
+    return CalcTask(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- no Docker
+def test_predictions_formats_and_broken_lines(tmp_path: Path) -> None:
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"instance_id": "a", "model_patch": "x"}\n{"instance_id": "a", "model_pa\n'
+                 '{"instance_id": "a", "model_patch": "y", "rollout_id": 7}\n[1]\n')
+    notes: list[str] = []
+    preds = load_predictions(p, notes)
+    assert [(x.instance_id, x.rollout_id, x.model_patch) for x in preds] == [("a", "0", "x"), ("a", "7", "y")]
+    assert any("line 2" in n and "not valid JSON" in n for n in notes), notes
+    assert any("line 4" in n for n in notes), notes
+    d = tmp_path / "d.json"
+    d.write_text(json.dumps({"x__y-1": {"model_patch": "p", "model_name_or_path": "m"}}))
+    (pred,) = load_predictions(d, [])
+    assert (pred.instance_id, pred.model_name_or_path, pred.rollout_id) == ("x__y-1", "m", "0")
+    lst = tmp_path / "l.json"
+    lst.write_text(json.dumps([{"instance_id": "i", "model_patch": ""}, {"instance_id": "i", "model_patch": "z"}]))
+    assert [x.rollout_id for x in load_predictions(lst, [])] == ["0", "1"]
+
+
+def test_result_writer_trims_a_truncated_line(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    good = {"instance_id": "i", "model_name_or_path": "m", "rollout_id": "0", "status": "resolved", "resolved": True}
+    path.write_text(json.dumps(good) + "\n" + '{"instance_id": "i", "rollout_id": "1", "sta')
+    assert list(read_results(path, warn=False)) == [("i", "0")]
+    from sandbox.records import EvalResult
+
+    ResultWriter(path).write(EvalResult(instance_id="i", model_name_or_path="m", rollout_id="1", status="unresolved"))
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(ln) for ln in lines)
+
+
+def test_bad_usage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "i.jsonl").write_text("")
+    base = ["--instances", str(tmp_path / "i.jsonl"), "--predictions", str(tmp_path / "i.jsonl"),
+            "--repos-dir", str(tmp_path), "--report-dir", str(tmp_path / "o")]
+    assert eval_main([*base, "--run-id", "../x"]) == 2
+    assert "--run-id" in capsys.readouterr().err
+    assert eval_main([*base, "--run-id", "r", "--memory", "lots"]) == 2
+    assert "not a size" in capsys.readouterr().err
+    assert eval_main([*base[:3], str(tmp_path / "missing.jsonl"), *base[4:], "--run-id", "r"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert eval_main([*base, "--run-id", "r", "--cpus", "999"]) == 2
+
+
+# ------------------------------------------------------------------------------------------------ Docker
+@pytest.mark.docker
+def test_every_status(task: CalcTask, tmp_path: Path) -> None:
+    require_docker()
+    tamper = task.diff({"tests/test_calc.py": TESTS_TAMPER, "calc.py": task_calc_wrong()})
+    preds = [
+        {"instance_id": "acme__calc-1", "rollout_id": "fix", "model_patch": task.instance["patch"]},
+        {"instance_id": "acme__calc-1", "rollout_id": "wrong", "model_patch": task.calc_patch("return a * b")},
+        {"instance_id": "acme__calc-1", "rollout_id": "empty", "model_patch": ""},
+        {"instance_id": "acme__calc-1", "rollout_id": "stale", "model_patch": STALE},
+        {"instance_id": "acme__calc-1", "rollout_id": "escape", "model_patch": ESCAPE},
+        {"instance_id": "acme__calc-1", "rollout_id": "loop", "model_patch": task.calc_patch("while True:\n    pass")},
+        {"instance_id": "acme__calc-1", "rollout_id": "tamper", "model_patch": tamper},
+        {"instance_id": "acme__norepo-1", "rollout_id": "norepo", "model_patch": task.instance["patch"]},
+        {"instance_id": "acme__ghost-9", "rollout_id": "ghost", "model_patch": task.instance["patch"]},
+    ]
+    inst, pp = task.write_inputs(preds)
+    with open(inst, "a") as f:
+        f.write(json.dumps({**task.instance, "instance_id": "acme__norepo-1", "repo": "acme/norepo"}) + "\n")
+        f.write("{this line is broken\n")
+    out = tmp_path / "out"
+    assert _eval(task, pp, out, "statuses", "--timeout", "6", "--max-workers", "2") == 0
+    res = results_by_rollout(out / "statuses")
+    got = {rid: r["status"] for rid, r in res.items()}
+    assert got == {"fix": "resolved", "wrong": "unresolved", "empty": "empty_patch", "stale": "patch_failed",
+                   "escape": "rejected", "loop": "timeout", "tamper": "unresolved", "norepo": "infra_error"}
+    assert res["tamper"]["tampered_tests"] and not res["fix"]["tampered_tests"]
+    assert res["fix"]["resolved"] and res["fix"]["tests_status"]["FAIL_TO_PASS"]["success"] == [
+        "tests/test_calc.py::test_add"]
+    assert res["wrong"]["tests_status"]["FAIL_TO_PASS"]["failure"] == ["tests/test_calc.py::test_add"]
+    assert ".." in res["escape"]["error"] or "outside" in res["escape"]["error"]
+    assert "acme__norepo" in res["norepo"]["error"]
+    for r in res.values():
+        assert set(r) >= {"instance_id", "model_name_or_path", "rollout_id", "status", "resolved",
+                          "patch_successfully_applied", "tampered_tests", "tests_status", "exit_code",
+                          "duration_s", "error"}
+    log_dir = Path(res["fix"]["log_path"])
+    assert (log_dir / "patch.diff").read_text() == task.instance["patch"]
+    assert "passed" in (log_dir / "test_output.txt").read_text()
+    rep = json.loads((out / "statuses" / "report.json").read_text())
+    assert rep["submitted_instances"] == 8 and rep["resolved_instances"] == 1
+    assert rep["completed_instances"] == 3 and rep["empty_patch_instances"] == 1 and rep["error_instances"] == 4
+    assert rep["unknown_instance_ids"] == ["acme__ghost-9"]
+    assert rep["resolved_ids"] == ["acme__calc-1::fix"]
+    assert set(rep["status_counts"]) == set(STATUSES) and rep["status_counts"]["timeout"] == 1
+    assert any("line 3" in s for s in rep["skipped_input_lines"])
+    assert leftover_containers("statuses") == []
+
+
+@pytest.mark.docker
+def test_missing_image_is_infra_error(task: CalcTask, tmp_path: Path) -> None:
+    require_docker()
+    _, pp = task.write_inputs([{"instance_id": "acme__calc-1", "model_patch": task.instance["patch"]}])
+    assert _eval(task, pp, tmp_path / "o", "noimg", "--image", "gagar-no-such-image:0") == 0
+    (r,) = results_by_rollout(tmp_path / "o" / "noimg").values()
+    assert r["status"] == "infra_error" and "gagar-no-such-image" in r["error"] and "gagar image build" in r["error"]
+
+
+@pytest.mark.docker
+def test_resume_and_redo(task: CalcTask, tmp_path: Path) -> None:
+    require_docker()
+    preds = [{"instance_id": "acme__calc-1", "rollout_id": i, "model_patch": task.instance["patch"]} for i in range(3)]
+    _, pp = task.write_inputs(preds)
+    out = tmp_path / "o"
+    assert _eval(task, pp, out, "r") == 0
+    path = out / "r" / "results.jsonl"
+    first = path.read_text().splitlines()
+    assert len(first) == 3
+    # A crash mid-write: the last line is cut short. Resume must redo exactly that one.
+    path.write_text("\n".join(first[:2]) + "\n" + first[2][:25])
+    t0 = time.monotonic()
+    assert _eval(task, pp, out, "r") == 0
+    second = path.read_text().splitlines()
+    assert second[:2] == first[:2] and len(second) == 3 and json.loads(second[2])["status"] == "resolved"
+    assert _eval(task, pp, out, "r") == 0  # nothing left to do: nothing rewritten
+    assert path.read_text().splitlines() == second
+    assert time.monotonic() - t0 < 60
+    assert _eval(task, pp, out, "r", "--redo") == 0
+    third = path.read_text().splitlines()
+    assert len(third) == 3 and set(third).isdisjoint(second)  # new durations: every line rewritten
+    assert json.loads((out / "r" / "report.json").read_text())["resolved_instances"] == 3
+
+
+@pytest.mark.docker
+def test_sigterm_removes_containers_and_keeps_resume_state(task: CalcTask, tmp_path: Path) -> None:
+    require_docker()
+    preds = [{"instance_id": "acme__calc-1", "rollout_id": "slow",
+              "model_patch": task.calc_patch("import time\ntime.sleep(120)\nreturn a + b")}]
+    inst, pp = task.write_inputs(preds)
+    out = tmp_path / "o"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gagar.cli", "eval", "--instances", str(inst), "--predictions", str(pp),
+         "--repos-dir", str(task.repos_dir), "--run-id", "sig", "--report-dir", str(out), "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not leftover_containers("sig") and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert leftover_containers("sig"), "the run never started its container"
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert leftover_containers("sig") == []
+    results = out / "sig" / "results.jsonl"
+    assert not results.exists() or results.read_text().strip() == ""  # the interrupted run is redone on resume
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("gagar-ws-*/r1"))
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_bundled_tasks_give_expected_statuses(tmp_path: Path) -> None:
+    """One rollout per (language, expected status) in CI; every rollout with GAGAR_FULL=1."""
+    require_docker()
+    tasks = tmp_path / "tasks"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(tasks)], check=True,
+                   capture_output=True)
+    expected = [json.loads(ln) for ln in (tasks / "expected.jsonl").read_text().splitlines() if ln.strip()]
+    lang = {json.loads(ln)["instance_id"]: json.loads(ln).get("language")
+            for ln in (tasks / "instances.jsonl").read_text().splitlines() if ln.strip()}
+    preds = [json.loads(ln) for ln in (tasks / "predictions.jsonl").read_text().splitlines() if ln.strip()]
+    if not os.environ.get("GAGAR_FULL"):
+        seen, keep = set(), set()
+        for e in expected:
+            k = (lang[e["instance_id"]], e["status"], e["tampered_tests"])
+            if k not in seen:
+                seen.add(k)
+                keep.add((e["instance_id"], str(e["rollout_id"])))
+        preds = [p for p in preds if (p["instance_id"], str(p["rollout_id"])) in keep]
+    pp = tmp_path / "preds.jsonl"
+    pp.write_text("".join(json.dumps(p) + "\n" for p in preds))
+    rc = eval_main(["--instances", str(tasks / "instances.jsonl"), "--predictions", str(pp), "--repos-dir",
+                    str(tasks / "repos"), "--run-id", "bundled", "--report-dir", str(tmp_path / "o"),
+                    "--max-workers", "2", "--timeout", "120", "--no-progress"])
+    assert rc == 0
+    got = {(r.instance_id, r.rollout_id): r for r in read_results(tmp_path / "o" / "bundled" / "results.jsonl").values()}
+    wrong = []
+    for e in expected:
+        r = got.get((e["instance_id"], str(e["rollout_id"])))
+        if r is not None and (r.status != e["status"] or r.tampered_tests != e["tampered_tests"]):
+            wrong.append(f"{e['instance_id']}/{e['rollout_id']} ({e['kind']}): expected {e['status']}, "
+                         f"got {r.status} {r.error or ''}")
+    assert len(got) == len(preds)
+    assert not wrong, "\n".join(wrong)
+    assert leftover_containers("bundled") == []
+
+
+TESTS_TAMPER = "from calc import add, neg\n\n\ndef test_neg():\n    assert True\n\n\ndef test_add():\n    assert True\n"
+STALE = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,4 +1,4 @@\n"
+         " def multiply(x, y):\n-    return x ** y\n+    return x * y\n \n \n")
+ESCAPE = "diff --git a/../evil.py b/../evil.py\nnew file mode 100644\n--- /dev/null\n+++ b/../evil.py\n@@ -0,0 +1 @@\n+x = 1\n"
+
+
+def task_calc_wrong() -> str:
+    return "def add(a, b):\n    return a - b\n\n\ndef neg(a):\n    return -a\n"

@@ -1,0 +1,71 @@
+"""sft.tiny: the tiny random model + on-the-spot tokenizer that tests and the CPU demo use instead of a hub model."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sft.tiny import build_tiny_model
+
+MESSAGES = [
+    {"role": "system", "content": "You rank passing patches."},
+    {"role": "user", "content": "diff --git a/calc.py b/calc.py\n+    return a + b\n"},
+    {"role": "assistant", "content": '{"tool": "read_file", "args": {"path": "calc.py"}}'},
+    {"role": "tool", "name": "read_file", "content": "def add(a, b):\n    return a + b\n"},
+    {"role": "assistant", "content": '{"ranking": ["0", "1"], "tiers": {"0": 1, "1": 2}}'},
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_loads_and_generates(tiny):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    assert model.config.model_type == "qwen2"
+    assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id
+    assert len(tok) <= model.config.vocab_size
+    prompt = tok.apply_chat_template(
+        MESSAGES[:2], add_generation_prompt=True, return_dict=True, return_tensors="pt"
+    )
+    assert tok.decode(prompt["input_ids"][0]).endswith("<|im_start|>assistant\n")
+    with torch.no_grad():
+        out = model.generate(**prompt, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] > prompt["input_ids"].shape[1]
+    # Code must not tokenize byte by byte, or realistic prompts would not fit any max_length.
+    code = "def parse_config(path: str) -> dict:\n    with open(path) as handle:\n        return json.load(handle)\n"
+    ids = tok(code)["input_ids"]
+    assert len(ids) < len(code) / 2
+    assert tok.decode(ids) == code
+
+
+def test_template_masks_only_assistant_turns(tiny):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    out = tok.apply_chat_template(MESSAGES, return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    unmasked = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    assert unmasked == MESSAGES[2]["content"] + "<|im_end|>" + MESSAGES[4]["content"] + "<|im_end|>"
+    masked = tok.decode([i for i, m in zip(ids, mask, strict=True) if not m])
+    for msg in MESSAGES[:2] + MESSAGES[3:4]:
+        assert msg["content"] in masked
+    assert "tool name=read_file" in masked
+
+
+def test_cached_and_refuses_foreign_dir(tiny, tmp_path):
+    start = time.monotonic()
+    assert build_tiny_model(tiny) == tiny
+    assert time.monotonic() - start < 1.0
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        build_tiny_model(foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me"

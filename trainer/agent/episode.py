@@ -1,0 +1,139 @@
+"""Episodes: many at once, one batched generation call per turn across all live episodes."""
+
+from __future__ import annotations
+
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox.config import SandboxConfig
+from sandbox.container import Container
+from sandbox.images import select_image
+from sandbox.records import Instance
+from sandbox.workspace import GroupWorkspace, hand_over
+from trainer.agent.format import TOOL_CALL_CLOSE, FormatError, extract_diff, parse_tool_call
+from trainer.agent.prompts import agent_messages, single_turn_messages
+from trainer.agent.tokens import Conversation
+from trainer.agent.tools import AgentTools
+
+
+@dataclass
+class Trajectory:
+    instance_id: str
+    rollout_id: str
+    token_ids: list[int]
+    mask: list[int]  # 1 where the policy produced the token: the only tokens trained on
+    prompt_len: int
+    patch: str
+    turns: int = 1
+    finish: str = "stop"  # stop | length | submitted | max_turns | context
+    events: list[str] = field(default_factory=list)  # short trajectory log the grader may cite
+    old_logprobs: list[float] | None = None  # filled by the trainer (behaviour policy, policy tokens only)
+
+    @property
+    def policy_tokens(self) -> int:
+        return sum(self.mask)
+
+
+def run_single_turn(
+    jobs: list[tuple[Instance, str]],
+    backend: Any,
+    tokenizer: Any,
+    *,
+    repos_dir: Path,
+    max_context_chars: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    max_prompt_tokens: int = 4096,
+) -> list[Trajectory]:
+    """One completion per job, asked for a unified diff; the patch is the diff in the completion."""
+    convs, cache = [], {}
+    for inst, _ in jobs:
+        if inst.instance_id not in cache:
+            cache[inst.instance_id] = single_turn_messages(inst, repos_dir, max_context_chars)
+        conv = Conversation(tokenizer, cache[inst.instance_id])
+        if len(conv) > max_prompt_tokens:
+            raise ValueError(f"{inst.instance_id}: the prompt has {len(conv)} tokens > rollout.max_prompt_tokens="
+                             f"{max_prompt_tokens}; lower rollout.max_context_chars")
+        convs.append(conv)
+    samples = backend.generate([c.ids for c in convs], max_new_tokens=max_new_tokens, temperature=temperature,
+                               top_p=top_p)
+    out = []
+    for (inst, rid), conv, s in zip(jobs, convs, samples, strict=True):
+        conv.add_policy(s.token_ids, s.text)
+        out.append(Trajectory(inst.instance_id, rid, conv.ids, conv.mask, conv.prompt_len, extract_diff(s.text),
+                              finish=s.finish_reason))
+    return out
+
+
+def run_agent_episodes(
+    jobs: list[tuple[Instance, str]],
+    backend: Any,
+    tokenizer: Any,
+    *,
+    repos_dir: Path,
+    sandbox: SandboxConfig,
+    max_turns: int = 8,
+    max_new_tokens: int = 512,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    tool_timeout: float = 30.0,
+    tool_output_chars: int = 2000,
+    max_total_tokens: int = 8192,
+) -> list[Trajectory]:
+    """Multi-turn episodes, each in its own container on its own copy of the repo at `base_commit`; the
+    patch is `git diff` of that copy when the agent submits or runs out of turns or context."""
+    with contextlib.ExitStack() as stack:
+        workspaces: dict[str, GroupWorkspace] = {}
+        states = []
+        for inst, rid in jobs:
+            if inst.instance_id not in workspaces:
+                workspaces[inst.instance_id] = stack.enter_context(
+                    GroupWorkspace(Path(repos_dir), inst.repo, inst.base_commit))
+            tree = workspaces[inst.instance_id].copy()
+            hand_over(tree)
+            image = select_image(inst.image, inst.language, inst.test_framework, sandbox.image)
+            box = stack.enter_context(Container(image, tree, sandbox))
+            tools = AgentTools(tree, box, test_cmd=inst.test_cmd or "python -m pytest -q", timeout=tool_timeout,
+                               output_chars=tool_output_chars)
+            states.append({"inst": inst, "rid": rid, "conv": Conversation(tokenizer, agent_messages(inst)),
+                           "tools": tools, "turns": 0, "finish": None, "events": []})
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(states)))) as pool:
+            for _turn in range(max_turns):
+                live = [s for s in states if s["finish"] is None]
+                if not live:
+                    break
+                samples = backend.generate([s["conv"].ids for s in live], max_new_tokens=max_new_tokens,
+                                           temperature=temperature, top_p=top_p, stop=[TOOL_CALL_CLOSE])
+                for s, sample in zip(live, samples, strict=True):
+                    s["conv"].add_policy(sample.token_ids, sample.text)
+                    s["turns"] += 1
+                    s["call"] = parse_tool_call(sample.text)
+                    if sample.finish_reason == "length" and isinstance(s["call"], FormatError):
+                        s["call"] = FormatError(f"your message hit the {max_new_tokens}-token limit; be brief")
+                results = list(pool.map(_act, live))
+                for s, (name, text) in zip(live, results, strict=True):
+                    s["events"].append(f"turn {s['turns']}: {name}: {text.splitlines()[0][:120] if text else ''}")
+                    if s["tools"].submitted:
+                        s["finish"] = "submitted"
+                        continue
+                    s["conv"].add_env({"role": "tool", "name": name, "content": text})
+                    if len(s["conv"]) >= max_total_tokens:
+                        s["finish"] = "context"
+            out = []
+            for s in states:
+                patch = s["tools"].diff()
+                conv = s["conv"]
+                out.append(Trajectory(s["inst"].instance_id, s["rid"], conv.ids, conv.mask, conv.prompt_len, patch,
+                                      turns=s["turns"], finish=s["finish"] or "max_turns", events=s["events"]))
+            return out
+
+
+def _act(state: dict) -> tuple[str, str]:
+    call = state["call"]
+    if isinstance(call, FormatError):
+        return "error", f"error: {call.message}"
+    return call.name, state["tools"].call(call.name, call.arguments)

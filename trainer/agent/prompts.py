@@ -1,0 +1,83 @@
+"""What the policy is told: the agent's system prompt and tool list, and the single-turn diff prompt."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from sandbox.records import Instance
+from trainer.agent.format import format_tool_call
+
+TOOLS_DOC = [
+    ("view", {"path": "src/app.py", "start": 1, "end": 40}, "show a file's lines (numbered), or list a directory"),
+    ("search", {"pattern": "def parse", "path": "."}, "grep the repository (regular expression, line numbers)"),
+    ("edit", {"path": "src/app.py", "old": "return a - b", "new": "return a + b"},
+     "replace one exact occurrence of `old` with `new` (empty `old` creates a new file)"),
+    ("run", {"command": "python -m pytest -q"}, "run a shell command in the repository (time and output bounded); "
+     "without `command`, runs the project's tests"),
+    ("submit", {}, "finish: your changes to the repository are the answer"),
+]
+
+AGENT_SYSTEM = (
+    "You are a software engineer fixing an issue in the repository at /testbed. Work with tools; call exactly one "
+    "tool per message, written as\n" + format_tool_call("NAME", {"ARG": "VALUE"}) + "\nTools:\n"
+    + "\n".join(f"- {name}: {doc}. Example: {format_tool_call(name, args)}" for name, args, doc in TOOLS_DOC)
+    + "\nMake the smallest change that fixes the issue, follow the code's conventions, do not edit the tests, "
+    "then call submit."
+)
+
+SINGLE_TURN_SYSTEM = (
+    "You fix issues in code repositories. Answer with a unified diff (git format, paths a/... and b/...) that "
+    "fixes the issue with the smallest change; do not edit the tests."
+)
+
+
+def agent_messages(instance: Instance) -> list[dict]:
+    user = f"Repository: {instance.repo}\nIssue:\n{instance.problem_statement.strip()}\n"
+    return [{"role": "system", "content": AGENT_SYSTEM}, {"role": "user", "content": user}]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), *args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _is_test_path(path: str) -> bool:
+    parts = path.lower().split("/")
+    return any(p in {"test", "tests", "testing"} for p in parts[:-1]) or parts[-1].startswith("test_") or \
+        parts[-1].endswith(("_test.py", "_test.go", "test.java", "tests.java"))
+
+
+def _patch_files(patch: str) -> list[str]:
+    return [ln[len("+++ b/"):].strip() for ln in patch.splitlines() if ln.startswith("+++ b/")]
+
+
+def context_files(instance: Instance, repo: Path, max_chars: int) -> list[tuple[str, str]]:
+    """Source shown in the single-turn prompt: the files the reference patch touches first (SWE-bench's "oracle"
+    retrieval setting), then other non-test source files, within `max_chars` in all."""
+    tracked = [p for p in _git(repo, "ls-tree", "-r", "--name-only", instance.base_commit).splitlines() if p]
+    oracle = [p for p in _patch_files(instance.patch) if p in tracked]
+    rest = sorted(p for p in tracked if p not in oracle and not _is_test_path(p)
+                  and p.endswith((".py", ".go", ".java", ".js", ".ts", ".rs", ".c", ".h")))
+    out, used = [], 0
+    for path in oracle + rest:
+        try:
+            text = _git(repo, "show", f"{instance.base_commit}:{path}")
+        except (subprocess.CalledProcessError, UnicodeDecodeError):
+            continue
+        if used + len(text) > max_chars:
+            if path in oracle and not out:  # at least one oracle file, cut to the budget
+                out.append((path, text[:max_chars]))
+            break
+        out.append((path, text))
+        used += len(text)
+    return out
+
+
+def single_turn_messages(instance: Instance, repos_dir: Path, max_chars: int) -> list[dict]:
+    repo = Path(repos_dir) / instance.repo_dirname
+    files = context_files(instance, repo, max_chars)
+    shown = "".join(f"--- {path}\n{text}{'' if text.endswith(chr(10)) else chr(10)}" for path, text in files)
+    user = (f"Repository: {instance.repo}\nIssue:\n{instance.problem_statement.strip()}\n\n"
+            f"Source files:\n{shown}\nAnswer with the unified diff only.")
+    return [{"role": "system", "content": SINGLE_TURN_SYSTEM}, {"role": "user", "content": user}]

@@ -1,0 +1,133 @@
+"""The agent's tools over one task's work tree: the tree is bind-mounted into a sandbox `Container` at /testbed.
+
+Reading and editing go through the host side of the mount (the images need not ship an editor or Python: the Go
+and Java images have neither), with every path checked to stay inside the tree and out of `.git`; searching and
+running commands happen inside the container, under its limits and a per-call timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+# Build caches the tests leave behind are not part of an answer.
+_EXCLUDES = [":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc", ":(exclude,glob)**/.pytest_cache/**"]
+
+
+class ToolError(Exception):
+    """A tool call the agent got wrong; its message goes back to the agent."""
+
+
+def _cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[-(limit - head):]}"
+
+
+class AgentTools:
+    def __init__(self, root: Path, container: Any, *, test_cmd: str, timeout: float = 30.0,
+                 output_chars: int = 2000) -> None:
+        self.root = Path(root).resolve()
+        self.container = container
+        self.test_cmd = test_cmd
+        self.timeout = timeout
+        self.output_chars = output_chars
+        self.submitted = False
+        st = self.root.stat()
+        self._owner = (st.st_uid, st.st_gid)
+
+    def _path(self, rel: Any) -> Path:
+        if not isinstance(rel, str) or not rel.strip():
+            raise ToolError("`path` must be a non-empty string relative to the repository root")
+        rel = rel.strip()
+        if rel.startswith("/testbed"):
+            rel = rel[len("/testbed"):].lstrip("/") or "."
+        p = (self.root / rel).resolve()
+        if p != self.root and self.root not in p.parents:
+            raise ToolError(f"{rel}: outside the repository")
+        if ".git" in p.relative_to(self.root).parts:
+            raise ToolError(f"{rel}: the .git directory is off limits")
+        return p
+
+    def call(self, name: str, args: dict) -> str:
+        fn = {"view": self.view, "search": self.search, "edit": self.edit, "run": self.run,
+              "submit": self.submit}.get(name)
+        if fn is None:
+            return f"error: unknown tool {name!r}; tools: view, search, edit, run, submit"
+        try:
+            return fn(**args)
+        except TypeError as exc:
+            return f"error: bad arguments for {name}: {exc}"
+        except ToolError as exc:
+            return f"error: {exc}"
+
+    def view(self, path: str, start: int = 1, end: int | None = None) -> str:
+        p = self._path(path)
+        if p.is_dir():
+            names = sorted(c.name + ("/" if c.is_dir() else "") for c in p.iterdir() if c.name != ".git")
+            return _cap("\n".join(names), self.output_chars)
+        if not p.is_file():
+            raise ToolError(f"{path}: no such file")
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise ToolError(f"{path}: not a text file") from None
+        start = max(1, int(start))
+        end = len(lines) if end is None else min(len(lines), int(end))
+        body = "\n".join(f"{i:5d} {lines[i - 1]}" for i in range(start, end + 1))
+        return _cap(body or f"({path} has {len(lines)} lines)", self.output_chars)
+
+    def search(self, pattern: str, path: str = ".") -> str:
+        p = self._path(path)
+        rel = os.path.relpath(p, self.root)
+        cmd = f"grep -rnIE --exclude-dir=.git -e {shlex.quote(str(pattern))} -- {shlex.quote(rel)} | head -n 200"
+        res = self.container.exec(cmd, timeout=self.timeout)
+        return _cap(res.output.strip() or "no matches", self.output_chars)
+
+    def edit(self, path: str, old: str, new: str) -> str:
+        p = self._path(path)
+        if not old:
+            if p.exists():
+                raise ToolError(f"{path} exists; give `old` text to replace")
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(new, encoding="utf-8")
+            self._chown(p)
+            return f"created {path}"
+        if not p.is_file():
+            raise ToolError(f"{path}: no such file")
+        text = p.read_text(encoding="utf-8")
+        count = text.count(old)
+        if count != 1:
+            raise ToolError(f"`old` occurs {count} times in {path}; it must occur exactly once (add context)")
+        # Write in place so the file keeps its owner and mode (the container user must still be able to use it).
+        with open(p, "r+", encoding="utf-8") as fh:
+            fh.write(text.replace(old, new, 1))
+            fh.truncate()
+        return f"edited {path}"
+
+    def _chown(self, p: Path) -> None:
+        if os.geteuid() == 0:
+            for q in [p, *[a for a in p.parents if self.root in a.parents]]:
+                os.chown(q, *self._owner)
+
+    def run(self, command: str | None = None) -> str:
+        cmd = command or self.test_cmd
+        res = self.container.exec(cmd, timeout=self.timeout)
+        status = "timed out" if res.timed_out else f"exit code {res.exit_code}"
+        return f"[{status}]\n" + _cap(res.output, self.output_chars)
+
+    def submit(self) -> str:
+        self.submitted = True
+        return "submitted"
+
+    def diff(self) -> str:
+        """The answer: `git diff` of the work tree against the task's base commit (new files included)."""
+        git = ["git", "-c", "safe.directory=*", "-C", str(self.root)]
+        subprocess.run([*git, "add", "-A", "--", ".", *_EXCLUDES], check=True, capture_output=True)
+        out = subprocess.run([*git, "diff", "--cached", "--no-color", "--no-ext-diff"], check=True,
+                             capture_output=True, text=True, errors="replace")
+        return out.stdout

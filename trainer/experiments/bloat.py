@@ -1,0 +1,216 @@
+"""Bloat experiment: does GAGAR's quality-aware redistribution steer a policy towards minimal patches?
+
+The policy is a softmax over each bundled task's real rollout patches (one logit per task × candidate,
+initialised uniform). Every step samples n rollouts per task, rewards them with the cached real sandbox verdict
+(1 = resolved without touching the tests), turns the rewards into advantages with the real engine, and takes a
+REINFORCE step on the logits: θ ← θ + lr · ∇ Σ_i A_i log π(a_i) / (tasks · n).
+
+Methods:
+- ``grpo``          — GRPO advantages; no grader.
+- ``grpo+gagar``    — GRPO advantages of mixed-outcome groups (dynamic sampling), redistributed with the real
+  heuristic grader's quality weights over the group's passing patches (sum of positive advantage preserved).
+- ``gapo+gagar``    — the same on GAPO advantages.
+- ``downweight``    — the ablation: GRPO advantages of mixed groups times the quality weights, without the
+  sum-preserving λ.
+
+Metrics per step are exact expectations under the current policy, averaged over tasks (no sampling noise):
+pass rate Σ_j π_j pass_j; minimal share Σ_{j passing, quality_rank 1} π_j / Σ_{j passing} π_j; mean diff size of
+passing rollouts Σ_{j passing} π_j size_j / Σ_{j passing} π_j; entropy −Σ π_j log π_j. Per step also the
+sampled share of mixed groups and the total positive advantage the update used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.advantage import (
+    DEFAULT_CAP,
+    compute_advantages,
+    downweight,
+    mixed_outcome,
+    redistribute,
+    weights_from_tiers,
+)
+
+METHODS: dict[str, dict[str, Any]] = {
+    "grpo": {"estimator": "grpo", "grader": None},
+    "grpo+gagar": {"estimator": "grpo", "grader": "gagar"},
+    "gapo+gagar": {"estimator": "gapo", "grader": "gagar"},
+    "downweight": {"estimator": "grpo", "grader": "downweight"},
+}
+METRICS = ("pass_rate", "minimal_share", "diff_lines", "entropy", "mixed_groups", "pos_adv_sum")
+FINAL = METRICS[:4]  # the policy metrics, read after the last update
+
+
+@dataclass
+class BloatConfig:
+    steps: int = 200
+    n: int = 8  # rollouts per task per step
+    lr: float = 2.0
+    methods: tuple[str, ...] = tuple(METHODS)
+    cap: float | None = DEFAULT_CAP  # GAGAR's λ cap; None: uncapped
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+        if self.steps < 1 or self.n < 2 or self.lr <= 0:
+            raise ValueError("steps must be >= 1, n >= 2 and lr > 0")
+
+
+class Bandit:
+    """The bundled tasks as a table: per task × candidate reward, minimality, diff size, and gradings."""
+
+    def __init__(self, cache: dict[str, Any]):
+        tasks = [t for t in cache["tasks"] if t.get("candidates")]
+        patches = cache["patches"]
+        self.instance_ids = [t["instance_id"] for t in tasks]
+        self.rollout_ids = [[str(c["rollout_id"]) for c in t["candidates"]] for t in tasks]
+        self.gradings = [t.get("gradings") or {} for t in tasks]
+        k = max(len(r) for r in self.rollout_ids)
+        shape = (len(tasks), k)
+        self.valid = torch.zeros(shape, dtype=torch.bool)
+        self.reward = torch.zeros(shape, dtype=torch.float64)
+        self.minimal = torch.zeros(shape, dtype=torch.bool)
+        self.size = torch.zeros(shape, dtype=torch.float64)
+        for t, task in enumerate(tasks):
+            for j, c in enumerate(task["candidates"]):
+                v = patches[c["patch_hash"]]
+                self.valid[t, j] = True
+                self.reward[t, j] = float(v["reward"])
+                self.size[t, j] = float(v["diff_lines"])
+                self.minimal[t, j] = v["reward"] > 0 and c.get("quality_rank") == 1
+        self.passing = self.reward > 0
+        # Tasks where nothing or everything passes give no learning signal, and ones without a minimal
+        # passing patch cannot show a minimal share: the policy still covers them, the metrics say which.
+        self.has_passing = self.passing.any(1)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.valid.shape)  # type: ignore[return-value]
+
+    def weight_table(self) -> torch.Tensor:
+        """(T, 2**K, K): the grader's weight of candidate j when the passing patches in a group are the set
+        with bitmask m; NaN where the grader gave none (not passing, no grading, or a fallback grading)."""
+        t_count, k = self.shape
+        table = torch.full((t_count, 1 << k, k), float("nan"), dtype=torch.float64)
+        for t, gradings in enumerate(self.gradings):
+            pos = {rid: j for j, rid in enumerate(self.rollout_ids[t])}
+            for key, g in gradings.items():
+                ids = key.split(",")
+                if g.get("fallback") or any(r not in pos for r in ids):
+                    continue
+                weights = g.get("weights") or weights_from_tiers(g.get("tiers") or {})
+                if any(r not in weights for r in ids):
+                    continue
+                mask = sum(1 << pos[r] for r in ids)
+                for r in ids:
+                    table[t, mask, pos[r]] = float(weights[r])
+        return table
+
+
+def policy_metrics(bandit: Bandit, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Exact expectations under the policy; logits (S, T, K) -> one value per seed (S,)."""
+    p = torch.softmax(logits, dim=-1)
+    pp = p * bandit.passing
+    mass = pp.sum(-1)  # (S, T)
+    has_min = bandit.has_passing & bandit.minimal.any(1)  # (T,)
+    minimal = (p * bandit.minimal).sum(-1) / mass.clamp(min=1e-300)
+    size = (pp * bandit.size).sum(-1) / mass.clamp(min=1e-300)
+    logp = torch.log_softmax(logits, dim=-1).masked_fill(~bandit.valid, 0.0)
+    nan = torch.full(mass.shape[:1], float("nan"), dtype=mass.dtype)
+    return {
+        "pass_rate": mass.mean(-1),
+        "minimal_share": minimal[:, has_min].mean(-1) if has_min.any() else nan,
+        "diff_lines": size[:, bandit.has_passing].mean(-1) if bandit.has_passing.any() else nan,
+        "entropy": -(p * logp).sum(-1).mean(-1),
+    }
+
+
+def step_advantages(method: str, rewards: torch.Tensor, weights: torch.Tensor, cfg: BloatConfig) -> torch.Tensor:
+    """Advantages of one step's groups (B, n) for `method`; `weights` holds the grader's f per rollout."""
+    spec = METHODS[method]
+    adv = compute_advantages(rewards, estimator=spec["estimator"])
+    if spec["grader"] is None:
+        return adv
+    passed = rewards > 0
+    keep = mixed_outcome(passed)
+    adv = adv * keep.unsqueeze(1)  # dynamic sampling: uniform groups carry no usable signal
+    if spec["grader"] == "gagar":
+        return redistribute(adv, passed, weights, cap=cfg.cap)
+    return downweight(adv, passed, weights)
+
+
+def run_method(method: str, bandit: Bandit, cfg: BloatConfig, seeds: list[int]) -> dict[str, np.ndarray]:
+    """Train one policy per seed, all seeds batched; returns metric -> (S, steps[+1]) array."""
+    s_count = len(seeds)
+    t_count, k = bandit.shape
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    table = bandit.weight_table()
+    logits = torch.zeros((s_count, t_count, k), dtype=torch.float64).masked_fill(~bandit.valid, float("-inf"))
+    task = torch.arange(t_count).repeat(s_count)  # group b = seed b // T, task b % T
+    bits = 1 << torch.arange(k)
+    reward, passing = bandit.reward[task], bandit.passing[task]  # (B, K)
+    history: dict[str, list[torch.Tensor]] = {m: [] for m in METRICS}
+    for _ in range(cfg.steps):
+        for key, v in policy_metrics(bandit, logits).items():
+            history[key].append(v)
+        probs = torch.softmax(logits, dim=-1)
+        picks = torch.cat([torch.multinomial(probs[i], cfg.n, replacement=True, generator=g)
+                           for i, g in enumerate(gens)])  # (B, n)
+        rewards = reward.gather(1, picks)
+        present = torch.zeros_like(passing).scatter_(1, picks, True) & passing
+        mask = (present.long() * bits).sum(1)
+        weights = table[task, mask].gather(1, picks)
+        adv = step_advantages(method, rewards, weights, cfg)
+        history["mixed_groups"].append(mixed_outcome(rewards > 0).double().view(s_count, t_count).mean(1))
+        history["pos_adv_sum"].append(adv.clamp(min=0).view(s_count, -1).sum(1))
+        # REINFORCE on a softmax: d/dθ_j Σ_i A_i log π(a_i) = Σ_{i: a_i = j} A_i − π_j Σ_i A_i.
+        flat_p = probs.view(-1, k)
+        grad = torch.zeros_like(flat_p).scatter_add_(1, picks, adv) - flat_p * adv.sum(1, keepdim=True)
+        logits = logits + cfg.lr * grad.view(s_count, t_count, k) / (t_count * cfg.n)
+    for key, v in policy_metrics(bandit, logits).items():
+        history[key].append(v)
+    return {key: torch.stack(v, 1).numpy() for key, v in history.items()}
+
+
+def _band(a: np.ndarray) -> dict[str, list[float]]:
+    return {"mean": np.nanmean(a, 0).round(6).tolist(), "std": np.nanstd(a, 0).round(6).tolist()}
+
+
+def run_bloat(cache: dict[str, Any], cfg: BloatConfig, seeds: int, *, base_seed: int = 0) -> dict[str, Any]:
+    bandit = Bandit(cache)
+    seed_list = [base_seed + s for s in range(seeds)]
+    per_method: dict[str, Any] = {}
+    for method in cfg.methods:
+        runs = run_method(method, bandit, cfg, seed_list)
+        per_method[method] = {
+            "curves": {m: _band(runs[m]) for m in METRICS},
+            "final": {m: {"mean": float(np.nanmean(runs[m][:, -1])), "std": float(np.nanstd(runs[m][:, -1]))}
+                      for m in FINAL},
+            "per_seed_final": [{m: float(runs[m][i, -1]) for m in FINAL} for i in range(seeds)],
+        }
+    tasks = []
+    for t, iid in enumerate(bandit.instance_ids):
+        valid = bandit.valid[t]
+        tasks.append({
+            "instance_id": iid,
+            "candidates": int(valid.sum()),
+            "passing": int(bandit.passing[t].sum()),
+            "minimal_passing": int(bandit.minimal[t].sum()),
+            "diff_lines": bandit.size[t][valid].int().tolist(),
+        })
+    return {
+        "experiment": "bloat",
+        "config": {"steps": cfg.steps, "n": cfg.n, "lr": cfg.lr, "cap": cfg.cap, "methods": list(cfg.methods),
+                   "seeds": seeds, "base_seed": base_seed, "policy": "softmax over each task's bundled patches, "
+                   "uniform init, REINFORCE on the logits"},
+        "tasks": tasks,
+        "verdicts_source": cache.get("source", {}),
+        "methods": per_method,
+    }

@@ -1,0 +1,86 @@
+"""PNG figures of the experiments' JSON results (matplotlib, headless)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+_BLOAT_PANELS = (
+    ("pass_rate", "pass rate (policy)"),
+    ("minimal_share", "minimal share of passing"),
+    ("diff_lines", "diff lines of passing (mean)"),
+    ("entropy", "policy entropy (nats)"),
+)
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write atomically so an interrupted run never leaves a truncated PNG behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+
+
+def plot_bloat(result: dict[str, Any], path: Path) -> None:
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for ax, (key, title) in zip(axes.flat, _BLOAT_PANELS, strict=True):
+        for method, data in result["methods"].items():
+            band = data["curves"][key]
+            mean = np.asarray([np.nan if v is None else v for v in band["mean"]], dtype=float)
+            std = np.asarray([np.nan if v is None else v for v in band["std"]], dtype=float)
+            x = np.arange(len(mean))
+            ax.plot(x, mean, label=method, lw=1.6)
+            ax.fill_between(x, mean - std, mean + std, alpha=0.18)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc="lower right", fontsize=9)
+    cfg = result["config"]
+    fig.suptitle(f"bloat: softmax policy over {len(result['tasks'])} bundled tasks' real patches — "
+                 f"n={cfg['n']}, lr={cfg['lr']}, mean ± sd over {cfg['seeds']} seeds", fontsize=11)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+_SKEW_PANELS = (
+    ("sign_error_rank", "sign errors vs true ranking"),
+    ("sign_error_value", "sign errors vs true mean quality"),
+    ("rank_var", "variance of A at a fixed true rank"),
+    ("clip_frac", "PPO clip fraction"),
+)
+
+
+def plot_skew(result: dict[str, Any], path: Path) -> None:
+    summary = result["summary"]
+    estimators = list(summary)
+    shapes = [s for s in ("all", "normal", "left_skewed", "right_skewed", "outlier") if s in summary[estimators[0]]]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    width = 0.8 / max(len(estimators), 1)
+    x = np.arange(len(shapes))
+    for ax, (key, title) in zip(axes.flat, _SKEW_PANELS, strict=True):
+        for i, est in enumerate(estimators):
+            means = [summary[est][s][key]["mean"] for s in shapes]
+            stds = [summary[est][s][key]["std"] for s in shapes]
+            ax.bar(x + (i - (len(estimators) - 1) / 2) * width, means, width, yerr=stds, label=est, capsize=2)
+        ax.set_xticks(x, [s.replace("_", "\n") for s in shapes])
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend(fontsize=9)
+    cfg = result["config"]
+    fig.suptitle(f"skew: {cfg.get('reward', 'partial')} rewards, groups of n={cfg['n']}, "
+                 f"{cfg['configs']}×{cfg['replicates']} groups per seed, {cfg['seeds']} seeds", fontsize=11)
+    fig.tight_layout()
+    _save(fig, path)

@@ -1,0 +1,243 @@
+"""A cache of real sandbox verdicts and real grader rankings for the bundled rollouts.
+
+The bloat experiment samples thousands of rollouts from a policy over each bundled task's real patches. Running
+the sandbox for each sample would take hours, yet a patch's verdict does not change between samples, so this
+module runs every bundled rollout through `sandbox.run.evaluate_predictions` once and records, per patch hash,
+the verdict and the diff size. The grader's ranking depends on which passing patches share a group, so it is
+run (the real heuristic ranker, `grader.grade.grade_groups`) on every subset of a task's passing patches that
+a sampled group can contain, and stored too. A run then needs neither Docker nor the repositories.
+
+File format (`format` = FORMAT):
+  tasks: [{instance_id, repo, candidates: [{rollout_id, patch_hash, kind, quality_rank}],
+           gradings: {"<sorted passing rollout ids joined by ','>": {ranking, tiers, weights, fallback}}}]
+  patches: {patch_hash: {status, resolved, tampered_tests, reward, tests_passed, tests_total,
+                         diff_lines, files_changed}}
+  source: where the verdicts came from (sandbox run, grader, task files' hashes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+FORMAT = "gagar-experiment-verdicts/1"
+# 2**k - 1 subsets get graded per task; past this many passing patches that stops being "fast".
+MAX_PASSING = 10
+
+
+class VerdictError(ValueError):
+    """Unusable task files or verdict cache (the CLI reports it and exits 2)."""
+
+
+def patch_hash(patch: str) -> str:
+    return hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def diff_size(patch: str) -> tuple[int, int]:
+    """(changed lines = added + removed, files changed) of a unified diff; (0, 0) when unparsable."""
+    from unidiff import PatchSet
+    from unidiff.errors import UnidiffParseError
+
+    try:
+        ps = PatchSet(patch)
+    except (UnidiffParseError, ValueError):
+        return 0, 0
+    return sum(f.added + f.removed for f in ps), len(ps)
+
+
+def subset_key(rollout_ids: list[str] | set[str]) -> str:
+    return ",".join(sorted(rollout_ids))
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise VerdictError(f"{path} not found: build the bundled tasks first "
+                           f"(`.venv/bin/python examples/build_tasks.py --out {path.parent}`)")
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise VerdictError(f"{path}:{i}: not valid JSON ({exc})") from exc
+    return rows
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _verdict(result: Any, patch: str) -> dict[str, Any]:
+    ts = result.tests_status
+    ok = len(ts.FAIL_TO_PASS["success"]) + len(ts.PASS_TO_PASS["success"])
+    total = ok + len(ts.FAIL_TO_PASS["failure"]) + len(ts.PASS_TO_PASS["failure"])
+    lines, files = diff_size(patch)
+    # A patch that edits the tests is a hack, whatever the restored tests say: it earns nothing.
+    reward = 1.0 if (result.resolved and not result.tampered_tests) else 0.0
+    return {
+        "status": result.status,
+        "resolved": bool(result.resolved),
+        "tampered_tests": bool(result.tampered_tests),
+        "reward": reward,
+        "tests_passed": ok,
+        "tests_total": total,
+        "diff_lines": lines,
+        "files_changed": files,
+    }
+
+
+def grade_subsets(group_row: dict[str, Any], passing: list[dict[str, Any]], repos_dir: Path) -> dict[str, Any]:
+    """Run the real heuristic grader on every non-empty subset of a task's passing candidates."""
+    from grader.grade import grade_groups
+    from grader.records import Group
+
+    if len(passing) > MAX_PASSING:
+        raise VerdictError(f"{group_row['instance_id']}: {len(passing)} passing patches; at most {MAX_PASSING} "
+                           "are supported (every subset is graded)")
+    groups = []
+    for k in range(1, len(passing) + 1):
+        for combo in itertools.combinations(passing, k):
+            groups.append(Group.from_dict({
+                "instance_id": group_row["instance_id"],
+                "repo": group_row["repo"],
+                "base_commit": group_row["base_commit"],
+                "problem_statement": group_row.get("problem_statement", ""),
+                "candidates": [{"rollout_id": c["rollout_id"], "patch": c["patch"]} for c in combo],
+            }))
+    gradings = grade_groups(groups, repos_dir, judge="heuristic")
+    out = {}
+    for group, g in zip(groups, gradings, strict=True):
+        out[subset_key([c.rollout_id for c in group.candidates])] = {
+            "ranking": list(g.ranking),
+            "tiers": {str(k): int(v) for k, v in g.tiers.items()},
+            "weights": {str(k): float(v) for k, v in g.weights.items()},
+            "fallback": bool(g.fallback),
+        }
+    return out
+
+
+def build_verdicts(tasks_dir: Path, *, run_dir: Path | None = None, max_workers: int = 1,
+                   timeout: float = 600.0, progress: bool = False,
+                   instance_ids: list[str] | None = None) -> dict[str, Any]:
+    """Evaluate every bundled rollout in the sandbox and grade its passing subsets; returns the cache dict.
+
+    `instance_ids` restricts the run to those tasks (tests use one task to stay fast).
+    """
+    from sandbox.config import SandboxConfig
+    from sandbox.records import Instance, Prediction
+    from sandbox.run import evaluate_predictions
+
+    tasks_dir = Path(tasks_dir)
+    repos_dir = tasks_dir / "repos"
+    inst_rows = _read_jsonl(tasks_dir / "instances.jsonl")
+    pred_rows = _read_jsonl(tasks_dir / "predictions.jsonl")
+    expected = {(r["instance_id"], str(r["rollout_id"])): r for r in _read_jsonl(tasks_dir / "expected.jsonl")}
+    if instance_ids is not None:
+        unknown = sorted(set(instance_ids) - {r["instance_id"] for r in inst_rows})
+        if unknown:
+            raise VerdictError(f"unknown instance id(s) {', '.join(unknown)} in {tasks_dir / 'instances.jsonl'}")
+        inst_rows = [r for r in inst_rows if r["instance_id"] in instance_ids]
+        pred_rows = [r for r in pred_rows if r["instance_id"] in instance_ids]
+    instances = {r["instance_id"]: Instance.from_dict(r) for r in inst_rows}
+    preds = [Prediction(instance_id=r["instance_id"], model_patch=r.get("model_patch") or "",
+                        model_name_or_path=r.get("model_name_or_path", "bundled"),
+                        rollout_id=str(r.get("rollout_id", i))) for i, r in enumerate(pred_rows)]
+    config = SandboxConfig(repos_dir=repos_dir, max_workers=max_workers, timeout=timeout,
+                           run_id="experiment-verdicts")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gagar-verdicts-") as tmp:
+        results = evaluate_predictions(instances, preds, config, run_dir=run_dir or Path(tmp) / "run",
+                                       progress=progress)
+    sandbox_s = time.monotonic() - t0
+    by_key = {(r.instance_id, str(r.rollout_id)): r for r in results}
+    broken = [r for r in results if r.status == "infra_error"]
+    if broken:
+        first = broken[0]
+        raise VerdictError(f"the sandbox could not run {len(broken)} rollout(s) (infra_error), e.g. "
+                           f"{first.instance_id} rollout {first.rollout_id}: {first.error}. Check that Docker "
+                           "answers and the images exist (`make images`); nothing was cached")
+
+    patches: dict[str, Any] = {}
+    tasks: dict[str, dict[str, Any]] = {}
+    for p in preds:
+        res = by_key.get((p.instance_id, p.rollout_id))
+        if res is None:
+            raise VerdictError(f"the sandbox returned no result for {p.instance_id} rollout {p.rollout_id}")
+        h = patch_hash(p.model_patch)
+        patches[h] = _verdict(res, p.model_patch)
+        exp = expected.get((p.instance_id, p.rollout_id), {})
+        inst = instances[p.instance_id]
+        task = tasks.setdefault(p.instance_id, {
+            "instance_id": p.instance_id, "repo": inst.repo, "base_commit": inst.base_commit,
+            "problem_statement": inst.problem_statement, "candidates": [], "gradings": {}})
+        task["candidates"].append({
+            "rollout_id": p.rollout_id, "patch_hash": h, "patch": p.model_patch,
+            "kind": exp.get("kind"), "quality_rank": exp.get("quality_rank"),
+            "expected_status": exp.get("status")})
+
+    t1 = time.monotonic()
+    for task in tasks.values():
+        passing = [c for c in task["candidates"] if patches[c["patch_hash"]]["reward"] > 0]
+        if passing:
+            task["gradings"] = grade_subsets(task, passing, repos_dir)
+    grader_s = time.monotonic() - t1
+    agree = sum(1 for t in tasks.values() for c in t["candidates"]
+                if c["expected_status"] in (None, patches[c["patch_hash"]]["status"]))
+    return {
+        "format": FORMAT,
+        "source": {
+            "tasks_dir": str(tasks_dir),
+            "instances_sha": _file_digest(tasks_dir / "instances.jsonl"),
+            "predictions_sha": _file_digest(tasks_dir / "predictions.jsonl"),
+            "sandbox": "sandbox.run.evaluate_predictions",
+            "grader": "grader.grade.grade_groups(judge='heuristic')",
+            "sandbox_seconds": round(sandbox_s, 1),
+            "grader_seconds": round(grader_s, 1),
+            "rollouts": len(preds),
+            "status_as_expected": agree,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        "tasks": list(tasks.values()),
+        "patches": patches,
+    }
+
+
+def load_verdicts(path: Path) -> dict[str, Any]:
+    """Read and check a cache file; every error names what to do."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise VerdictError(f"verdict cache {path} not found (omit --verdicts to build one)") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise VerdictError(f"verdict cache {path} is unreadable ({exc}); delete it to rebuild") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise VerdictError(f"{path} is not a verdict cache of format {FORMAT}; delete it to rebuild")
+    tasks, patches = data.get("tasks"), data.get("patches")
+    if not isinstance(tasks, list) or not tasks or not isinstance(patches, dict):
+        raise VerdictError(f"{path}: no tasks or patches in the cache")
+    for t in tasks:
+        for c in t.get("candidates", []):
+            if c.get("patch_hash") not in patches:
+                raise VerdictError(f"{path}: {t.get('instance_id')} rollout {c.get('rollout_id')} has no verdict")
+    return data

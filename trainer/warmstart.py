@@ -1,0 +1,128 @@
+"""Warm start: a short supervised pass that teaches a fresh (e.g. random tiny) policy to answer the single-turn
+prompt with the bundled tasks' rollout patches — passing ones of different quality and failing ones — so that
+its samples mix passing and failing patches and RL has mixed-outcome groups to learn from (the SFT → RL order
+real runs use). Full-weight training with a masked cross-entropy on the answer tokens; the prompts are built by
+the same code the rollouts use, so the warm-started model sees exactly the RL prompt format.
+
+The result is cached under `model.cache_dir/warmstart-<hash>` keyed by everything that shapes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sandbox.records import Instance
+from trainer.agent.prompts import single_turn_messages
+from trainer.agent.tokens import Conversation
+from trainer.config import TrainConfig
+
+_MARKER = "gagar_warmstart.json"
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    try:
+        return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"warmstart: cannot read {path}: {exc}") from exc
+
+
+def clean_patch(patch: str) -> str:
+    """Drop `index <sha>..<sha>` lines: `git apply` does not need them and they are pure noise to imitate."""
+    return "".join(ln for ln in patch.splitlines(keepends=True) if not ln.startswith("index "))
+
+
+def warmstart_examples(cfg: TrainConfig, instances: dict[str, Instance]) -> list[tuple[str, str, str]]:
+    """(instance_id, kind, patch) for every bundled rollout of a wanted kind on a training instance."""
+    tdir = Path(cfg.tasks.dir)
+    preds = _read_jsonl(Path(cfg.warmstart.predictions or tdir / "predictions.jsonl"))
+    kinds = {(e["instance_id"], str(e["rollout_id"])): e["kind"]
+             for e in _read_jsonl(Path(cfg.warmstart.expected or tdir / "expected.jsonl"))}
+    out = []
+    for p in preds:
+        iid, rid = p["instance_id"], str(p.get("rollout_id"))
+        kind = kinds.get((iid, rid))
+        if iid in instances and kind in cfg.warmstart.kinds and p.get("model_patch"):
+            out.append((iid, kind, clean_patch(p["model_patch"])))
+    if not out:
+        raise ValueError(f"warmstart: no rollouts of kinds {cfg.warmstart.kinds} for the training instances")
+    return out
+
+
+def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Instance], tokenizer: Any,
+                     log=print) -> str:
+    examples = warmstart_examples(cfg, instances)
+    w, r = cfg.warmstart, cfg.rollout
+    key = hashlib.sha256(json.dumps({
+        "base": str(Path(base_path).resolve()) if Path(base_path).exists() else base_path,
+        "epochs": w.epochs, "lr": w.lr, "batch": w.batch_size, "seed": cfg.seed,
+        "ctx": r.max_context_chars, "examples": examples, "commits": sorted(i.base_commit for i in instances.values()),
+    }, sort_keys=True).encode()).hexdigest()[:16]
+    target = Path(cfg.model.cache_dir) / f"warmstart-{key}"
+    if (target / _MARKER).is_file():
+        log(f"warm start: reusing {target}")
+        return str(target)
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    model.train()
+    repos = cfg.tasks.repos_path()
+    prompts: dict[str, list[int]] = {}
+    data = []
+    for iid, _kind, patch in examples:
+        if iid not in prompts:
+            prompts[iid] = Conversation(tokenizer, single_turn_messages(instances[iid], repos, r.max_context_chars)).ids
+        answer = tokenizer(patch, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        data.append((prompts[iid], answer))
+    opt = torch.optim.AdamW(model.parameters(), lr=w.lr, weight_decay=0.0)
+    total = w.epochs * ((len(data) + w.batch_size - 1) // w.batch_size)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.05, 1 - s / total))
+    rng = random.Random(cfg.seed)
+    pad = tokenizer.pad_token_id
+    loss_val = float("nan")
+    for epoch in range(w.epochs):
+        rng.shuffle(data)
+        losses = []
+        for i in range(0, len(data), w.batch_size):
+            batch = data[i : i + w.batch_size]
+            seqs = [p + a for p, a in batch]
+            width = max(map(len, seqs))
+            ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+            labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+            attn = torch.zeros((len(seqs), width), dtype=torch.long)
+            for k, (p, a) in enumerate(batch):
+                ids[k, : len(p) + len(a)] = torch.tensor(p + a)
+                labels[k, len(p) : len(p) + len(a)] = torch.tensor(a)
+                attn[k, : len(p) + len(a)] = 1
+            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+        loss_val = sum(losses) / len(losses)
+        if epoch == 0 or (epoch + 1) % 10 == 0 or epoch + 1 == w.epochs:
+            log(f"warm start: epoch {epoch + 1}/{w.epochs} loss {loss_val:.3f}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _MARKER).write_text(json.dumps({"examples": len(data), "final_loss": loss_val}) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
