@@ -166,6 +166,7 @@ def eval_main(argv: list[str]) -> int:
         if not gold:
             raise InputError(f"{args.labels}: no label matches an instance_id of {args.groups}")
         predicted: dict[str, list[str]] = {}
+        fallbacks: int | None = None
         if args.gradings:
             predicted = {str(r["instance_id"]): [str(x) for x in r.get("ranking", [])] for r in read_jsonl(args.gradings)}
         else:
@@ -176,20 +177,26 @@ def eval_main(argv: list[str]) -> int:
             if bad:
                 return _fail(prog, bad)
             backend = _backend(args)
-            _run(todo, args, backend, lambda res: predicted.__setitem__(res.instance_id, res.ranking), "judging")
+            fallbacks = _run(
+                todo, args, backend, lambda res: predicted.__setitem__(res.instance_id, res.ranking), "judging"
+            )
     except InputError as exc:
         return _fail(prog, str(exc))
     except (ValueError, ImportError, OSError) as exc:
         return _fail(prog, str(exc))
     m = evaluate(predicted, gold)
     judge = "gradings file" if args.gradings else args.judge
-    print(f"judge: {judge}   instances: {m['instances']}   graded: {m['graded']}")
+    if args.judge != "llm":
+        fallbacks = None
+    fb = "" if fallbacks is None else f"   heuristic fallbacks: {fallbacks}"
+    print(f"judge: {judge}   instances: {m['instances']}   graded: {m['graded']}{fb}")
     print(f"top-1 accuracy:     {m['top1']:.3f}")
     print(f"pairwise accuracy:  {m['pairwise_accuracy']:.3f}")
     print(f"Kendall tau:        {m['kendall_tau']:.3f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"judge": judge, **m}, indent=2) + "\n", encoding="utf-8")
+        report = {"judge": judge, **m, **({"fallbacks": fallbacks} if fallbacks is not None else {})}
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

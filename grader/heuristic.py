@@ -9,11 +9,12 @@ Score (lower is better), per candidate:
 
 Ranking: ascending score, ties broken by lines changed, then rollout id (deterministic).
 Tiers by the gap to the best score: ≤ TIER1_GAP → tier 1, ≤ TIER2_GAP → tier 2, else tier 3.
-Weights: `trainer.advantage.weights_from_tiers` when installed, else TIER_WEIGHTS (the same mapping).
+Weights: `trainer.advantage.weights_from_tiers` when the engine is loaded, else TIER_WEIGHTS (the same mapping).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from grader.features import CandidateFeatures, group_features
@@ -41,18 +42,22 @@ MAX_EVIDENCE = 8
 
 
 def weights_for(tiers: dict[str, int]) -> dict[str, float]:
-    """Tier → quality weight f ∈ (0, 1]; one mapping shared with the advantage engine when it is present."""
-    try:
-        from trainer.advantage import weights_from_tiers
-    except ImportError:
-        return {k: TIER_WEIGHTS[t] for k, t in tiers.items()}
-    try:
-        w = weights_from_tiers(tiers)
-    except Exception:  # an incompatible signature must not break grading
-        return {k: TIER_WEIGHTS[t] for k, t in tiers.items()}
-    if isinstance(w, dict):
-        return {str(k): float(v) for k, v in w.items()}
-    return {k: float(v) for k, v in zip(tiers, list(w), strict=True)}
+    """Tier → quality weight f ∈ (0, 1].
+
+    Inside a trainer process (where `trainer.advantage` is loaded) its `weights_from_tiers` decides, so a
+    customised mapping applies; elsewhere TIER_WEIGHTS, which a test keeps equal to the engine's default —
+    importing the engine would import torch, seconds of start-up for a constant.
+    """
+    engine = sys.modules.get("trainer.advantage")
+    fn = getattr(engine, "weights_from_tiers", None)
+    if fn is not None:
+        try:
+            w = fn(tiers)
+            if isinstance(w, dict):
+                return {str(k): float(v) for k, v in w.items()}
+        except Exception:  # an incompatible engine must not break grading
+            pass
+    return {k: TIER_WEIGHTS[t] for k, t in tiers.items()}
 
 
 def score(f: CandidateFeatures) -> float:

@@ -7,6 +7,7 @@ and every output is capped (characters and lines) with a note saying what was cu
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 from collections.abc import Callable
@@ -37,6 +38,8 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
                 "arguments": {"a": "letter", "b": "letter", "path": "optional file"}},
     "test_output": {"description": "The candidate's test output, when the group provides it.",
                     "arguments": {"candidate": "letter"}},
+    "trajectory": {"description": "The agent's trajectory that produced the candidate, when provided.",
+                   "arguments": {"candidate": "letter", "offset": "optional int"}},
 }
 
 
@@ -257,6 +260,17 @@ def tool_test_output(ws: SharedWorkspace, args: dict[str, Any]) -> str:
     return note + bound(tail)
 
 
+def tool_trajectory(ws: SharedWorkspace, args: dict[str, Any]) -> str:
+    lab = _label(ws, args)
+    traj = ws.candidate(lab).trajectory
+    if not traj:
+        return f"no trajectory was provided for {lab}"
+    text = traj if isinstance(traj, str) else json.dumps(traj, indent=1, ensure_ascii=False, default=str)
+    offset = max(0, _int(args, "offset", 0))
+    nxt = offset + MAX_LINES
+    return bound("\n".join(text.splitlines()[offset:]), hint=f"call trajectory with offset={nxt} for more")
+
+
 TOOLS: dict[str, Callable[[SharedWorkspace, dict[str, Any]], str]] = {
     "list_candidates": tool_list_candidates,
     "show_diff": tool_show_diff,
@@ -265,6 +279,7 @@ TOOLS: dict[str, Callable[[SharedWorkspace, dict[str, Any]], str]] = {
     "list_files": tool_list_files,
     "compare": tool_compare,
     "test_output": tool_test_output,
+    "trajectory": tool_trajectory,
 }
 
 

@@ -171,10 +171,14 @@ class SharedWorkspace:
         text = cand.patch if cand.patch.endswith("\n") else cand.patch + "\n"
         err = ""
         for extra in ([], ["--recount", "--ignore-whitespace"], ["-C1", "--recount", "--ignore-whitespace"]):
-            proc = subprocess.run(
-                ["git", "apply", "--whitespace=nowarn", *extra, "-"],
-                cwd=wt, input=text.encode("utf-8", "surrogateescape"), capture_output=True, timeout=60,
-            )
+            try:
+                proc = subprocess.run(
+                    ["git", "apply", "--whitespace=nowarn", *extra, "-"],
+                    cwd=wt, input=text.encode("utf-8", "surrogateescape"), capture_output=True, timeout=120,
+                )
+            except subprocess.TimeoutExpired:
+                err = "git apply timed out"
+                break
             if proc.returncode == 0:
                 self._dirs[cand.rollout_id] = wt
                 return None

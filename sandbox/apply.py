@@ -12,8 +12,8 @@
 `restore_task_tests(tree, *, base_commit, test_patch, model_patch_info) -> RestoreOutcome(tampered, touched, log)`
     Policy: tampering is flagged and reverted, and the verdict is then computed on the task's own tests.
     Every file `test_patch` touches is reset to its `base_commit` state (removed when absent there), as is
-    every `conftest.py`, `pytest.ini` and `tox.ini` the model patch touched; then `test_patch` is applied on
-    top. `tampered` is True when the model patch touched any of these files (`touched` lists them).
+    every `conftest.py`, `pytest.ini` and `tox.ini` the model patch touched, and every `pyproject.toml` /
+    `setup.cfg` whose pytest section it changed; then `test_patch` is applied on top. `tampered` is True when the model patch touched any of these files (`touched` lists them).
     Raises `TestPatchFailed` when the task's own `test_patch` does not apply (an infrastructure problem).
 
 Git runs with hooks disabled (`core.hooksPath=/dev/null`), no system/global config, and `safe.directory=*`
@@ -22,6 +22,7 @@ Git runs with hooks disabled (`core.hooksPath=/dev/null`), no system/global conf
 
 from __future__ import annotations
 
+import configparser
 import os
 import shutil
 import subprocess
@@ -243,6 +244,33 @@ def _restore_path(tree: Path, base_commit: str, rel: str) -> str:
     return f"restored {rel} from base"
 
 
+def _pytest_section(name: str, text: str | None) -> object:
+    """The pytest configuration held by a pyproject.toml / setup.cfg text (None when absent or unreadable)."""
+    if text is None:
+        return None
+    try:
+        if name == "pyproject.toml":
+            import tomllib
+
+            tool = tomllib.loads(text).get("tool", {})
+            return tool.get("pytest") if isinstance(tool, dict) else None
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read_string(text)
+        return dict(parser["tool:pytest"]) if parser.has_section("tool:pytest") else None
+    except Exception:  # unparsable (or no tomllib before 3.11): any difference counts as a change
+        return ("unreadable", text)
+
+
+def _changes_pytest_config(tree: Path, base_commit: str, rel: str) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    if name not in ("pyproject.toml", "setup.cfg"):
+        return False
+    rc, before = _git(tree, "show", f"{base_commit}:{rel}")
+    path = tree / rel
+    after = path.read_text(errors="replace") if path.is_file() and not path.is_symlink() else None
+    return _pytest_section(name, before if rc == 0 else None) != _pytest_section(name, after)
+
+
 def restore_task_tests(
     tree: Path,
     *,
@@ -254,8 +282,10 @@ def restore_task_tests(
     """Reset the task's test files in `tree` and apply `test_patch` on top of the model's changes.
 
     Tampering is flagged and reverted; the verdict is then computed on the task's own tests. Protected paths:
-    every path `test_patch` touches, `extra_protected` (e.g. test files named by the task's test ids), and
-    any `conftest.py` / `pytest.ini` / `tox.ini` the model patch touched. `tampered` is True when the model
+    every path `test_patch` touches, `extra_protected` (e.g. test files named by the task's test ids), any
+    `conftest.py` / `pytest.ini` / `tox.ini` the model patch touched, and a `pyproject.toml` / `setup.cfg`
+    whose pytest section (`[tool.pytest...]` / `[tool:pytest]`) the model patch changed (the whole file
+    is reverted). `tampered` is True when the model
     patch touched a protected path; `touched` lists those paths. Raises `TestPatchFailed` when `test_patch`
     does not apply.
     """
@@ -271,7 +301,11 @@ def restore_task_tests(
     protected = set(test_paths) | set(extra_protected)
     model_paths = model_patch_info.paths if model_patch_info else []
     touched = sorted(
-        p for p in model_paths if p in protected or p.rsplit("/", 1)[-1] in PROTECTED_NAMES
+        p
+        for p in model_paths
+        if p in protected
+        or p.rsplit("/", 1)[-1] in PROTECTED_NAMES
+        or _changes_pytest_config(tree, base_commit, p)
     )
     log: list[str] = []
     for rel in sorted(protected | set(touched)):

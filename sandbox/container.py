@@ -8,6 +8,7 @@ it lives, and removed in a `finally`; `remove_live()` (called from the signal ha
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 import uuid
@@ -17,8 +18,10 @@ from pathlib import Path
 import docker
 import docker.errors
 import requests
+from docker.types import LogConfig
 
 from sandbox.config import SandboxConfig
+from sandbox.workspace import janitor
 
 LABEL = "gagar.sandbox"
 RUN_LABEL = "gagar.run"
@@ -158,12 +161,14 @@ def gc(run_id: str | None = None, c: docker.DockerClient | None = None) -> list[
 
 
 def _create(c: docker.DockerClient, image: str, config: SandboxConfig, *, command: list[str], name: str,
-            mounts: dict[str, dict], env: dict[str, str]) -> str:
-    hc = c.api.create_host_config(binds=mounts, init=True, **_host_kwargs(config))
+            mounts: dict[str, dict], env: dict[str, str], stdin_open: bool = False) -> str:
+    # No log driver: output is read live over the attach stream and capped there, and a test printing
+    # gigabytes must not fill the engine's disk with a json log nobody reads.
+    hc = c.api.create_host_config(binds=mounts, init=True, log_config=LogConfig(type="none"), **_host_kwargs(config))
     try:
         res = c.api.create_container(
             image, command=command, name=name, working_dir=TESTBED, environment=env, host_config=hc,
-            labels={LABEL: "1", RUN_LABEL: config.run_id}, user=config.user, stdin_open=False, tty=False,
+            labels={LABEL: "1", RUN_LABEL: config.run_id}, user=config.user, stdin_open=stdin_open, tty=False,
         )
     except docker.errors.ImageNotFound as exc:
         raise SandboxInfraError(
@@ -181,6 +186,114 @@ def _host_kwargs(config: SandboxConfig) -> dict:
     return kw
 
 
+# The container starts with the tests held behind a `read` on stdin: it can be created and started (the slow
+# part, 0.3-0.7 s) while the host still prepares the tree, and the tests begin the moment `go()` writes a line.
+_HOLD = 'read -r _ || exit 125; exec bash -lc "$0"'
+
+
+class PreparedRun:
+    """A fresh container for one test run, started ahead of time and waiting for `go()`. Nothing but the
+    `read` runs before then, and every run gets its own container, so starting early shares nothing between
+    rollouts. `discard()` (or `go()`) removes it."""
+
+    def __init__(self, image: str, testbed: Path, report_dir: Path, command: str, config: SandboxConfig, *,
+                 env: dict[str, str] | None = None, name_hint: str = "run") -> None:
+        self.config = config
+        self._c = client(http_timeout=config.timeout + 120)
+        mounts = {str(testbed): {"bind": TESTBED, "mode": "rw"}, str(report_dir): {"bind": REPORT, "mode": "rw"}}
+        full_env = {"HOME": "/tmp", "GAGAR_REPORT_DIR": REPORT, **(env or {})}
+        self.cid: str | None = _create(self._c, image, config, command=["bash", "-c", _HOLD, command],
+                                       name=_name(config.run_id, name_hint), mounts=mounts, env=full_env,
+                                       stdin_open=True)
+        try:
+            self._stdin = self._c.api.attach_socket(self.cid, params={"stdin": 1, "stream": 1})
+            self._c.api.start(self.cid)
+        except docker.errors.DockerException as exc:
+            self.discard()
+            raise SandboxInfraError(f"docker could not start a container from {image!r}: {exc}") from exc
+
+    def _close_stdin(self) -> None:
+        sock = getattr(self, "_stdin", None)
+        if sock is not None:
+            raw = getattr(sock, "_sock", sock)
+            try:
+                raw.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
+                sock.close()
+            except OSError:
+                pass
+            self._stdin = None
+
+    def discard(self, *, background: bool = False) -> None:
+        self._close_stdin()
+        if self.cid is not None:
+            cid, self.cid = self.cid, None
+            if background:
+                janitor.submit(_remove_bg, cid)
+            else:
+                _remove(self._c, cid)
+
+    def go(self, *, background_remove: bool = False) -> RunOutcome:
+        """Release the tests, wait for them (killing the container at the timeout), collect, remove."""
+        if self.cid is None:
+            raise RuntimeError("this run was discarded")
+        c, cid = self._c, self.cid
+        cap = OutputCap(self.config.output_limit_bytes)
+        try:
+            # Attached before the go, so nothing is missed; drained on a thread so the wait can time out.
+            stream = c.api.attach(cid, stdout=True, stderr=True, stream=True, logs=False)
+
+            def drain() -> None:
+                try:
+                    for chunk in stream:
+                        cap.feed(chunk)
+                except (requests.RequestException, OSError, docker.errors.DockerException):
+                    pass  # the container was killed under us; what was read is kept
+
+            reader = threading.Thread(target=drain, daemon=True)
+            reader.start()
+            t0 = time.monotonic()
+            raw = getattr(self._stdin, "_sock", self._stdin)
+            try:
+                raw.sendall(b"go\n")
+            except OSError as exc:
+                raise SandboxInfraError(f"the test container did not take the start signal ({exc})") from exc
+            self._close_stdin()  # the tests see EOF on stdin, as with `docker run` without -i
+            timed_out = False
+            exit_code: int | None = None
+            try:
+                exit_code = c.api.wait(cid, timeout=self.config.timeout)["StatusCode"]
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                timed_out = True
+                try:
+                    c.api.kill(cid)
+                except docker.errors.APIError:
+                    pass  # it exited just now
+            duration = time.monotonic() - t0
+            reader.join(timeout=30)
+            stream.close()
+            state = c.api.inspect_container(cid)["State"]
+            if exit_code is None and not timed_out and not state.get("Running"):
+                exit_code = state.get("ExitCode")
+            return RunOutcome(
+                exit_code=None if timed_out else exit_code,
+                output=cap.text(),
+                timed_out=timed_out,
+                oom_killed=bool(state.get("OOMKilled")),
+                output_bytes=cap.total,
+                truncated=cap.truncated,
+                duration_s=duration,
+            )
+        except docker.errors.DockerException as exc:
+            raise SandboxInfraError(f"docker failed while running the tests: {exc}") from exc
+        finally:
+            # `docker rm` of an exited container takes ~0.1 s the caller need not wait for; it stays in the
+            # live set until removed, so the signal handlers and janitor.drain() still cover it.
+            self.discard(background=background_remove)
+
+
 def run_tests(
     image: str,
     testbed: Path,
@@ -190,58 +303,17 @@ def run_tests(
     *,
     env: dict[str, str] | None = None,
     name_hint: str = "run",
+    background_remove: bool = False,
 ) -> RunOutcome:
     """Run `command` once in a fresh container with `testbed` at /testbed and `report_dir` at /gagar/report.
-    The container is removed before this returns, whatever happens."""
-    c = client(http_timeout=config.timeout + 120)
-    mounts = {str(testbed): {"bind": TESTBED, "mode": "rw"}, str(report_dir): {"bind": REPORT, "mode": "rw"}}
-    full_env = {"HOME": "/tmp", "GAGAR_REPORT_DIR": REPORT, **(env or {})}
-    cid = _create(c, image, config, command=["bash", "-lc", command], name=_name(config.run_id, name_hint),
-                  mounts=mounts, env=full_env)
-    cap = OutputCap(config.output_limit_bytes)
-    t0 = time.monotonic()
-    try:
-        # Attach before start so not a byte is missed; drained on a thread so the wait below can time out.
-        stream = c.api.attach(cid, stdout=True, stderr=True, stream=True, logs=True)
+    The container is removed before this returns, whatever happens (with `background_remove`, soon after:
+    `sandbox.workspace.janitor.drain()` waits for it)."""
+    return PreparedRun(image, testbed, report_dir, command, config, env=env, name_hint=name_hint).go(
+        background_remove=background_remove)
 
-        def drain() -> None:
-            try:
-                for chunk in stream:
-                    cap.feed(chunk)
-            except (requests.RequestException, OSError, docker.errors.DockerException):
-                pass  # the container was killed under us; what was read is kept
 
-        reader = threading.Thread(target=drain, daemon=True)
-        reader.start()
-        c.api.start(cid)
-        timed_out = False
-        exit_code: int | None = None
-        try:
-            exit_code = c.api.wait(cid, timeout=config.timeout)["StatusCode"]
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-            timed_out = True
-            try:
-                c.api.kill(cid)
-            except docker.errors.APIError:
-                pass  # it exited just now
-        reader.join(timeout=30)
-        stream.close()
-        state = c.api.inspect_container(cid)["State"]
-        if exit_code is None and not state.get("Running"):
-            exit_code = state.get("ExitCode")
-        return RunOutcome(
-            exit_code=None if timed_out else exit_code,
-            output=cap.text(),
-            timed_out=timed_out,
-            oom_killed=bool(state.get("OOMKilled")),
-            output_bytes=cap.total,
-            truncated=cap.truncated,
-            duration_s=time.monotonic() - t0,
-        )
-    except docker.errors.DockerException as exc:
-        raise SandboxInfraError(f"docker failed while running the tests: {exc}") from exc
-    finally:
-        _remove(c, cid)
+def _remove_bg(cid: str) -> None:
+    _remove(client(), cid)
 
 
 class Container:

@@ -13,10 +13,11 @@ import signal
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import docker.errors
@@ -26,7 +27,7 @@ from sandbox.config import SandboxConfig
 from sandbox.images import ImageError, select_image
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
 from sandbox.report import ResultWriter, atomic_write_text, build_report, read_results
-from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, remove_tree
+from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, janitor, remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -38,37 +39,132 @@ class _Interrupted(Exception):
     """The run is stopping (Ctrl-C / SIGTERM): the prediction in flight is not recorded, so resume redoes it."""
 
 
-class _Group:
-    """One instance's shared workspace, opened by the first rollout that needs it, closed by the last."""
+@dataclass
+class _Slot:
+    """A mount point pair and the container already started on it, waiting for its tests."""
 
-    def __init__(self, instance: Instance, n: int, config: SandboxConfig, tmp_root: Path | None) -> None:
+    tree: Path
+    report: Path
+    run: Future
+
+
+class _Group:
+    """One instance's shared workspace, opened by the first rollout that needs it, closed by the last; it also
+    keeps up to `max_workers` containers started ahead (`take()` hands one out), so a rollout never waits for
+    a container start while the previous one runs its tests."""
+
+    def __init__(self, instance: Instance, n: int, config: SandboxConfig, image: str | None,
+                 env: dict[str, str], starter: ThreadPoolExecutor) -> None:
         self.instance = instance
         self.remaining = n
+        self.untaken = n
         self.config = config
-        self.tmp_root = tmp_root
+        self.image = image
+        self.env = env
+        self.starter = starter
         self.lock = threading.Lock()
         self.ws: GroupWorkspace | None = None
         self.error: str | None = None
+        self.spares: deque[_Slot] = deque()
+        self.next: _Group | None = None
 
     def open(self) -> GroupWorkspace:
         with self.lock:
             if self.ws is None and self.error is None:
-                ws = GroupWorkspace(Path(self.config.repos_dir), self.instance.repo, self.instance.base_commit,
-                                    tmp_root=self.tmp_root)
+                ws = GroupWorkspace(Path(self.config.repos_dir), self.instance.repo, self.instance.base_commit)
                 try:
                     self.ws = ws.__enter__()
                 except (WorkspaceError, OSError) as exc:
                     self.error = str(exc)
+                else:
+                    self._top_up()
             if self.error is not None:
                 raise WorkspaceError(self.error)
             return self.ws
+
+    def _spawn(self) -> _Slot:
+        assert self.ws is not None
+        tree, report = self.ws.new_dir("s"), self.ws.new_dir("report")
+        hand_over(tree)
+        hand_over(report)
+        fut = self.starter.submit(ctr.PreparedRun, self.image, tree, report, self.instance.test_cmd, self.config,
+                                  env=self.env, name_hint=self.instance.instance_id)
+        return _Slot(tree, report, fut)
+
+    def _top_up(self) -> None:
+        if not self.image or not self.instance.test_cmd.strip():
+            return
+        while self.ws is not None and len(self.spares) < min(self.config.max_workers, self.untaken):
+            self.spares.append(self._spawn())
+
+    def take(self) -> _Slot:
+        with self.lock:
+            self.untaken -= 1
+            slot = self.spares.popleft() if self.spares else self._spawn()
+            self._top_up()
+            self._prefetch_next()
+            return slot
+
+    def skip(self) -> None:
+        """A rollout that will not run tests (empty, rejected): one spare fewer is needed."""
+        with self.lock:
+            self.untaken -= 1
+            self._prefetch_next()
+
+    def _prefetch_next(self) -> None:
+        """Once this group's last rollout has its container, get the next group's repo and containers ready."""
+        if self.untaken == 0 and self.next is not None:
+            nxt, self.next = self.next, None
+
+            def open_quietly() -> None:
+                try:
+                    nxt.open()
+                except WorkspaceError:
+                    pass  # recorded in nxt.error; its rollouts report it
+
+            self.starter.submit(open_quietly)
 
     def release(self) -> None:
         with self.lock:
             self.remaining -= 1
             if self.remaining == 0 and self.ws is not None:
-                self.ws.close()
-                self.ws = None
+                self._close_locked()
+
+    def close(self) -> None:
+        with self.lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        while self.spares:
+            _discard(self.spares.popleft())
+        if self.ws is not None:
+            self.ws.close(background=True)
+            self.ws = None
+
+
+def _discard(slot: _Slot) -> None:
+    """Remove a started-ahead container that will not be used (in the background: it may still be starting)."""
+
+    def later() -> None:
+        try:
+            slot.run.result().discard()
+        except Exception:  # noqa: BLE001 - it never started; nothing to remove
+            pass
+
+    janitor.submit(later)
+
+
+def _test_env(instance: Instance) -> dict[str, str]:
+    from sandbox.parsers import pytest_addopts
+
+    framework = (instance.test_framework or "").lower()
+    if framework in ("pytest", "unittest"):
+        # A structured report where the patch cannot reach it; SWE-bench-style commands may run unittest
+        # through pytest, and a plain `python -m unittest` ignores the variable.
+        return {"PYTEST_ADDOPTS": pytest_addopts(ctr.REPORT)}
+    if framework == "go":
+        return dict(GO_ENV)
+    return {}
 
 
 def _image_missing(image: str) -> str | None:
@@ -107,10 +203,11 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
     """Evaluate one prediction end to end; every failure becomes a status, never an exception (except stop)."""
     from sandbox.apply import TestPatchFailed, apply_patch, restore_task_tests
     from sandbox.grading import grade
-    from sandbox.parsers import parse_results, pytest_addopts
+    from sandbox.parsers import parse_results
     from sandbox.patchcheck import EmptyPatch, PatchRejected, validate_patch
 
     t0 = time.monotonic()
+    framework = (instance.test_framework or "").lower()
     res = EvalResult(instance_id=instance.instance_id, model_name_or_path=pred.model_name_or_path,
                      rollout_id=pred.rollout_id, status="infra_error",
                      log_path=str(log_dir) if log_dir else None)
@@ -127,6 +224,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
     patch = pred.model_patch or ""
     tree: Path | None = None
     report_dir: Path | None = None
+    slot: _Slot | None = None
+    taken = False
     try:
         if log_dir is not None:
             (log_dir / "patch.diff").write_text(patch, errors="replace")
@@ -141,7 +240,12 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
             return finish("rejected", str(exc))
         if stop.is_set():
             raise _Interrupted
-        tree = ws.copy()
+        if not instance.test_cmd.strip():
+            return finish("infra_error", f"instance {instance.instance_id} has no test_cmd")
+        slot = group.take()
+        taken = True
+        tree, report_dir = slot.tree, slot.report
+        ws.copy(tree)
         try:
             applied = apply_patch(tree, patch, base_commit=instance.base_commit, max_bytes=config.max_patch_bytes)
         except EmptyPatch as exc:
@@ -161,22 +265,12 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
             return finish("infra_error", f"the task's own test_patch does not apply: {exc}")
         notes.append(f"== restore tests (touched: {', '.join(restored.touched) or 'none'}):\n{restored.log}")
         res.tampered_tests = bool(restored.tampered)
-        if not instance.test_cmd.strip():
-            return finish("infra_error", f"instance {instance.instance_id} has no test_cmd")
         hand_over(tree)
-        report_dir = Path(ws.root) / f"report-{tree.name}"
-        report_dir.mkdir()
-        hand_over(report_dir)
-        env: dict[str, str] = {}
-        framework = (instance.test_framework or "").lower()
-        if framework in ("pytest", "unittest"):
-            env["PYTEST_ADDOPTS"] = pytest_addopts(ctr.REPORT)
-        elif framework == "go":
-            env.update(GO_ENV)
         if stop.is_set():
             raise _Interrupted
-        outcome = ctr.run_tests(image, tree, report_dir, instance.test_cmd, config, env=env,
-                                name_hint=f"{instance.instance_id}-{pred.rollout_id}")
+        prepared = slot.run.result()
+        slot = None  # the run owns its container now: go() removes it
+        outcome = prepared.go(background_remove=True)
         if stop.is_set():
             raise _Interrupted
         if log_dir is not None:
@@ -213,9 +307,13 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
         notes.append(traceback.format_exc())
         return finish("infra_error", f"internal error: {type(exc).__name__}: {exc}")
     finally:
+        if slot is not None:  # taken but never started (patch failed, rejected after apply, error)
+            _discard(slot)
         for p in (tree, report_dir):
             if p is not None:
-                remove_tree(p)
+                janitor.submit(remove_tree, p)
+        if not taken:
+            group.skip()
         group.release()
 
 
@@ -270,9 +368,7 @@ def evaluate_predictions(
     order: dict[str, list[Prediction]] = {}
     for p in todo:
         order.setdefault(p.instance_id, []).append(p)
-    tmp_root = None
-    groups = {iid: _Group(instances[iid], len(ps), config, tmp_root) for iid, ps in order.items()}
-    images = {iid: None for iid in order}
+    images: dict[str, str | None] = {iid: None for iid in order}
     image_errors: dict[str, str] = {}
     for iid in order:
         inst = instances[iid]
@@ -284,6 +380,12 @@ def evaluate_predictions(
     for iid, img in images.items():
         if img and missing.get(img):
             image_errors[iid] = missing[img]
+    starter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gagar-start")
+    groups = {iid: _Group(instances[iid], len(ps), config, None if iid in image_errors else images[iid],
+                          _test_env(instances[iid]), starter) for iid, ps in order.items()}
+    chain = list(groups.values())
+    for g, nxt in zip(chain, chain[1:], strict=False):
+        g.next = nxt
 
     stop = threading.Event()
     results: dict[tuple[str, str], EvalResult] = dict(done)
@@ -338,12 +440,18 @@ def evaluate_predictions(
             f.cancel()
         ctr.remove_live()  # unblocks the workers waiting on their containers
         pool.shutdown(wait=True, cancel_futures=True)
+        starter.shutdown(wait=True, cancel_futures=True)
         for g in groups.values():
-            if g.ws is not None:
-                g.ws.close()
+            g.close()
+        janitor.drain()
+        ctr.remove_live()  # anything a starter thread created meanwhile
         write_report()
         raise
     pool.shutdown(wait=True)
+    starter.shutdown(wait=True)
+    for g in groups.values():
+        g.close()
+    janitor.drain()
     write_report()
     return [results[k] for k in keys if k in results]
 

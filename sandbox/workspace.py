@@ -10,12 +10,14 @@ Copies stay root-owned while the host applies patches (git refuses repos owned b
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import stat
 import subprocess
 import tempfile
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 SHARED_CLONE_ABOVE = 64 << 20  # .git bytes above which a rollout copy shares objects instead of copying them
@@ -74,6 +76,40 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, onerror=onerror)
 
 
+class Janitor:
+    """Deletes trees and containers off the critical path: on a busy disk removing even a small tree takes a
+    few hundred ms, which a rollout should not wait for. `drain()` (the driver calls it before returning, and
+    at exit) waits until everything handed over is gone."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gagar-janitor")
+        self._pending: set[Future] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, fn, *args) -> None:
+        fut = self._pool.submit(fn, *args)
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: Future) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+
+    def drain(self, timeout: float | None = 120) -> None:
+        with self._lock:
+            pending = list(self._pending)
+        for fut in pending:
+            try:
+                fut.result(timeout=timeout)
+            except Exception:  # noqa: BLE001 - best effort; gc and temp cleaners catch the rest
+                pass
+
+
+janitor = Janitor()
+atexit.register(janitor.drain)
+
+
 class GroupWorkspace:
     """The repo at `base_commit` for one instance group, under a private temp dir removed on exit."""
 
@@ -109,22 +145,34 @@ class GroupWorkspace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, *, background: bool = False) -> None:
         if self.root is not None:
-            remove_tree(self.root)
+            if background:
+                janitor.submit(remove_tree, self.root)
+            else:
+                remove_tree(self.root)
             self.root = None
 
-    def copy(self) -> Path:
-        """A private, root-owned copy of the base tree (with its own .git) for one rollout."""
-        if self.base is None or self.root is None:
+    def new_dir(self, prefix: str) -> Path:
+        """An empty directory under the workspace (a mount point prepared before its contents)."""
+        if self.root is None:
             raise RuntimeError("GroupWorkspace is not open")
         with self._lock:
             self._n += 1
-            dst = self.root / f"r{self._n}"
+            d = self.root / f"{prefix}{self._n}"
+        d.mkdir()
+        return d
+
+    def copy(self, dst: Path | None = None) -> Path:
+        """A private, root-owned copy of the base tree (with its own .git) for one rollout, into `dst` (an
+        empty directory, e.g. one already mounted into a waiting container) or a new directory."""
+        if self.base is None or self.root is None:
+            raise RuntimeError("GroupWorkspace is not open")
+        dst = dst if dst is not None else self.new_dir("r")
         if self.shared_objects:
             _git(["clone", "--quiet", "--shared", "--no-checkout", str(self.base), str(dst)])
             _git(["checkout", "--quiet", "--detach", self.base_commit], cwd=dst)
         else:
-            subprocess.run(["cp", "-a", "--reflink=auto", str(self.base), str(dst)], check=True,
+            subprocess.run(["cp", "-a", "--reflink=auto", f"{self.base}/.", str(dst)], check=True,
                            capture_output=True)
         return dst

@@ -18,7 +18,6 @@ import argparse
 import json
 import random
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -38,17 +37,27 @@ def split_instances(ids: list[str], val_fraction: float, seed: int) -> tuple[set
     return set(ids[n_val:]), set(ids[:n_val])
 
 
-def _verify(instances: dict[str, Any], groups: list[tuple[str, list[Variant]]], repos_dir: Path,
-            run_dir: Path | None, timeout: float) -> tuple[list[tuple[str, list[Variant]]], list[str]]:
+def _verify(
+    instances: dict[str, Any],
+    groups: list[tuple[str, list[Variant]]],
+    repos_dir: Path,
+    run_dir: Path | None,
+    timeout: float,
+) -> tuple[list[tuple[str, list[Variant]]], list[str]]:
     """Run every variant through the sandbox; keep only passing ones (the gold must pass too)."""
     from sandbox.config import SandboxConfig
     from sandbox.records import Prediction
     from sandbox.run import evaluate_predictions
 
     preds = [
-        Prediction(instance_id=iid, model_patch=v.patch, model_name_or_path="sft-degrade",
-                   rollout_id=f"{k}:{v.rollout_id}")
-        for k, (iid, variants) in enumerate(groups) for v in variants
+        Prediction(
+            instance_id=iid,
+            model_patch=v.patch,
+            model_name_or_path="sft-degrade",
+            rollout_id=f"{k}:{v.rollout_id}",
+        )
+        for k, (iid, variants) in enumerate(groups)
+        for v in variants
     ]
     config = SandboxConfig(repos_dir=repos_dir, timeout=timeout, run_id="sft-verify")
     results = evaluate_predictions(instances, preds, config, run_dir=run_dir, progress=True)
@@ -61,15 +70,25 @@ def _verify(instances: dict[str, Any], groups: list[tuple[str, list[Variant]]], 
         good = [v for v in variants if (iid, f"{k}:{v.rollout_id}") in ok]
         for v in variants:
             if v not in good:
-                notes.append(f"{iid}: variant {v.rollout_id} ({', '.join(a.kind for a in v.applied)}) fails; dropped")
+                notes.append(
+                    f"{iid}: variant {v.rollout_id} ({', '.join(a.kind for a in v.applied)}) fails; dropped"
+                )
         if len(good) >= 2:
             kept.append((iid, good))
     return kept, notes
 
 
 def synthetic_groups(
-    instances: dict[str, Any], repos_dir: Path, *, variants: int, groups_per_instance: int, seed: int,
-    kinds: list[str], verify: bool, verify_dir: Path | None, timeout: float,
+    instances: dict[str, Any],
+    repos_dir: Path,
+    *,
+    variants: int,
+    groups_per_instance: int,
+    seed: int,
+    kinds: list[str],
+    verify: bool,
+    verify_dir: Path | None,
+    timeout: float,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Group specs: {group, source, order, tiers, evidence, kinds} per (instance, k)."""
     notes: list[str] = []
@@ -95,23 +114,36 @@ def synthetic_groups(
         k = count[iid]
         count[iid] += 1
         d = instances[iid].to_dict() if hasattr(instances[iid], "to_dict") else instances[iid]
-        group = Group(f"{iid}#{k}", d["repo"], d["base_commit"], d.get("problem_statement") or "",
-                      [Candidate(v.rollout_id, v.patch) for v in vs])
+        group = Group(
+            f"{iid}#{k}",
+            d["repo"],
+            d["base_commit"],
+            d.get("problem_statement") or "",
+            [Candidate(v.rollout_id, v.patch) for v in vs],
+        )
         order = [v.rollout_id for v in vs]
-        specs.append({
-            "group": group,
-            "source": iid,
-            "order": order,
-            "tiers": tiers_from_defects(order, {v.rollout_id: len(v.applied) for v in vs}),
-            "evidence": {v.rollout_id: list(v.evidence) for v in vs},
-            "kinds": {v.rollout_id: [a.kind for a in v.applied] for v in vs},
-        })
+        specs.append(
+            {
+                "group": group,
+                "source": iid,
+                "order": order,
+                "tiers": tiers_from_defects(order, {v.rollout_id: len(v.applied) for v in vs}),
+                "evidence": {v.rollout_id: list(v.evidence) for v in vs},
+                "kinds": {v.rollout_id: [a.kind for a in v.applied] for v in vs},
+            }
+        )
     return specs, notes
 
 
 def rollout_groups(
-    instances: dict[str, Any], results_path: Path, predictions_path: Path, repos_dir: Path, *,
-    labeller: str, base_url: str | None, model: str | None,
+    instances: dict[str, Any],
+    results_path: Path,
+    predictions_path: Path,
+    repos_dir: Path,
+    *,
+    labeller: str,
+    base_url: str | None,
+    model: str | None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Group specs from a `gagar eval` run: the resolved rollouts of each instance, ranked by the labeller."""
     from grader.grade import grade_group
@@ -119,11 +151,15 @@ def rollout_groups(
     from sandbox.cli import load_predictions
 
     notes: list[str] = []
-    patches = {(p.instance_id, p.rollout_id): p.model_patch for p in load_predictions(predictions_path, notes)}
+    patches = {
+        (p.instance_id, p.rollout_id): p.model_patch for p in load_predictions(predictions_path, notes)
+    }
     passing: dict[str, list[str]] = defaultdict(list)
     for i, r in enumerate(read_jsonl(results_path), 1):
         if not r.get("instance_id") or r.get("rollout_id") is None:
-            raise InputError(f"{results_path}: line {i} lacks instance_id or rollout_id (is it a results.jsonl?)")
+            raise InputError(
+                f"{results_path}: line {i} lacks instance_id or rollout_id (is it a results.jsonl?)"
+            )
         if r.get("resolved") and not r.get("tampered_tests"):
             passing[str(r["instance_id"])].append(str(r["rollout_id"]))
     backend = None
@@ -145,7 +181,9 @@ def rollout_groups(
             continue
         d = inst.to_dict()
         group = Group(iid, d["repo"], d["base_commit"], d.get("problem_statement") or "", cands)
-        g = grade_group(group, repos_dir, judge="heuristic" if labeller == "heuristic" else "llm", backend=backend)
+        g = grade_group(
+            group, repos_dir, judge="heuristic" if labeller == "heuristic" else "llm", backend=backend
+        )
         if g.fallback:
             notes.append(f"{iid}: the teacher's answer was unusable; skipped")
             continue
@@ -154,14 +192,29 @@ def rollout_groups(
         for r in order:  # the judge's answer format needs evidence for every candidate below tier 1
             if g.tiers.get(r, 1) > 1 and not evidence[r]:
                 evidence[r] = [f"ranked below the best by the {labeller}"]
-        specs.append({"group": group, "source": iid, "order": order,
-                      "tiers": {r: int(g.tiers.get(r, 1)) for r in order}, "evidence": evidence,
-                      "kinds": {}})
+        specs.append(
+            {
+                "group": group,
+                "source": iid,
+                "order": order,
+                "tiers": {r: int(g.tiers.get(r, 1)) for r in order},
+                "evidence": evidence,
+                "kinds": {},
+            }
+        )
     return specs, notes
 
 
-def write_dataset(specs: list[dict[str, Any]], repos_dir: Path, out: Path, *, val_fraction: float, seed: int,
-                  notes: list[str], meta: dict[str, Any]) -> dict[str, Any]:
+def write_dataset(
+    specs: list[dict[str, Any]],
+    repos_dir: Path,
+    out: Path,
+    *,
+    val_fraction: float,
+    seed: int,
+    notes: list[str],
+    meta: dict[str, Any],
+) -> dict[str, Any]:
     train_ids, val_ids = split_instances([s["source"] for s in specs], val_fraction, seed)
     rows: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
     groups: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
@@ -176,7 +229,9 @@ def write_dataset(specs: list[dict[str, Any]], repos_dir: Path, out: Path, *, va
         rec.update(source_instance_id=s["source"], split=split, defects=s["kinds"])
         rows[split].append(rec)
         groups[split].append(s["group"].to_dict())
-        labels[split].append({"instance_id": s["group"].instance_id, "order": s["order"], "tiers": s["tiers"]})
+        labels[split].append(
+            {"instance_id": s["group"].instance_id, "order": s["order"], "tiers": s["tiers"]}
+        )
     out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "val"):
         write_jsonl_atomic(out / f"{split}.jsonl", rows[split])
@@ -199,8 +254,12 @@ def write_dataset(specs: list[dict[str, Any]], repos_dir: Path, out: Path, *, va
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="gagar sft data", description=__doc__.splitlines()[0])
-    p.add_argument("--instances", required=True, type=Path, help="SWE-bench-format instances (JSONL) with gold patch")
-    p.add_argument("--repos-dir", required=True, type=Path, help="directory holding <owner>__<name> git repos")
+    p.add_argument(
+        "--instances", required=True, type=Path, help="SWE-bench-format instances (JSONL) with gold patch"
+    )
+    p.add_argument(
+        "--repos-dir", required=True, type=Path, help="directory holding <owner>__<name> git repos"
+    )
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--variants", type=int, default=3, help="degraded variants per group (besides the gold)")
     p.add_argument("--groups-per-instance", type=int, default=2)
@@ -208,9 +267,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--val-fraction", type=float, default=0.25)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-instances", type=int, help="use only the first N instances")
-    p.add_argument("--verify", action="store_true", help="run every variant in the sandbox; drop failing ones")
+    p.add_argument(
+        "--verify", action="store_true", help="run every variant in the sandbox; drop failing ones"
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="sandbox timeout per variant (--verify)")
-    p.add_argument("--from-results", type=Path, help="`gagar eval` results.jsonl: label real rollouts instead")
+    p.add_argument(
+        "--from-results", type=Path, help="`gagar eval` results.jsonl: label real rollouts instead"
+    )
     p.add_argument("--predictions", type=Path, help="the predictions evaluated in --from-results (patches)")
     p.add_argument("--labeller", choices=("heuristic", "teacher"), default="heuristic")
     p.add_argument("--base-url", help="teacher: OpenAI-compatible server URL")
@@ -223,10 +286,15 @@ def main(argv: list[str]) -> int:
         print(f"{prog}: unknown --kinds {', '.join(bad)}; choose from {', '.join(KINDS)}", file=sys.stderr)
         return 2
     if args.variants < 1 or args.groups_per_instance < 1 or not 0 <= args.val_fraction < 1:
-        print(f"{prog}: --variants and --groups-per-instance must be >= 1, --val-fraction in [0, 1)", file=sys.stderr)
+        print(
+            f"{prog}: --variants and --groups-per-instance must be >= 1, --val-fraction in [0, 1)",
+            file=sys.stderr,
+        )
         return 2
     if args.from_results and not args.predictions:
-        print(f"{prog}: --from-results needs --predictions (the results file has no patches)", file=sys.stderr)
+        print(
+            f"{prog}: --from-results needs --predictions (the results file has no patches)", file=sys.stderr
+        )
         return 2
     if not args.repos_dir.is_dir():
         print(f"{prog}: --repos-dir {args.repos_dir} is not a directory", file=sys.stderr)
@@ -241,14 +309,29 @@ def main(argv: list[str]) -> int:
         if not instances:
             raise InputError(f"{args.instances}: no usable instances")
         if args.from_results:
-            specs, more = rollout_groups(instances, args.from_results, args.predictions, args.repos_dir,
-                                         labeller=args.labeller, base_url=args.base_url, model=args.model)
+            specs, more = rollout_groups(
+                instances,
+                args.from_results,
+                args.predictions,
+                args.repos_dir,
+                labeller=args.labeller,
+                base_url=args.base_url,
+                model=args.model,
+            )
             meta = {"source": "rollouts", "labeller": args.labeller, "results": str(args.from_results)}
         else:
-            verify_dir = Path(tempfile.mkdtemp(prefix="verify-", dir=args.out.parent)) if args.verify else None
+            # Inside OUT so that a rerun resumes the sandbox run instead of evaluating every variant again.
+            verify_dir = args.out / "verify" if args.verify else None
             specs, more = synthetic_groups(
-                instances, args.repos_dir, variants=args.variants, groups_per_instance=args.groups_per_instance,
-                seed=args.seed, kinds=kinds, verify=args.verify, verify_dir=verify_dir, timeout=args.timeout,
+                instances,
+                args.repos_dir,
+                variants=args.variants,
+                groups_per_instance=args.groups_per_instance,
+                seed=args.seed,
+                kinds=kinds,
+                verify=args.verify,
+                verify_dir=verify_dir,
+                timeout=args.timeout,
             )
             meta = {"source": "synthetic", "kinds": kinds, "variants": args.variants, "verified": args.verify}
     except (InputError, OSError, ValueError) as exc:
@@ -258,10 +341,19 @@ def main(argv: list[str]) -> int:
     if not specs:
         print(f"{prog}: no groups could be built:\n  " + "\n  ".join(notes[:20]), file=sys.stderr)
         return 2
-    m = write_dataset(specs, args.repos_dir, args.out, val_fraction=args.val_fraction, seed=args.seed,
-                      notes=notes, meta=meta)
-    print(f"{prog}: {m['records']['train']} train / {m['records']['val']} val records "
-          f"({len(m['instances']['train'])} / {len(m['instances']['val'])} instances) -> {args.out}")
+    m = write_dataset(
+        specs,
+        args.repos_dir,
+        args.out,
+        val_fraction=args.val_fraction,
+        seed=args.seed,
+        notes=notes,
+        meta=meta,
+    )
+    print(
+        f"{prog}: {m['records']['train']} train / {m['records']['val']} val records "
+        f"({len(m['instances']['train'])} / {len(m['instances']['val'])} instances) -> {args.out}"
+    )
     for n in notes[:10]:
         print(f"  note: {n}")
     return 0

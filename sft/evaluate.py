@@ -22,8 +22,9 @@ from grader.metrics import evaluate
 from grader.prompt import Answer, parse_assistant, validate_answer
 
 
-def answer_step_metrics(model: Any, tokenizer: Any, records: list[dict[str, Any]], *,
-                        max_new_tokens: int = 512) -> dict[str, float]:
+def answer_step_metrics(
+    model: Any, tokenizer: Any, records: list[dict[str, Any]], *, max_new_tokens: int = 512
+) -> dict[str, float]:
     """Generate each record's final answer from its recorded context; rank metrics + parse rate."""
     import torch
 
@@ -33,14 +34,19 @@ def answer_step_metrics(model: Any, tokenizer: Any, records: list[dict[str, Any]
     for rec in records:
         iid = rec["instance_id"]
         gold[iid] = list(rec["order"])
-        enc = tokenizer.apply_chat_template(rec["messages"][:-1], add_generation_prompt=True,
-                                            return_tensors="pt", return_dict=True)
+        enc = tokenizer.apply_chat_template(
+            rec["messages"][:-1], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         n = enc["input_ids"].shape[-1]
         with torch.no_grad():
-            out = model.generate(input_ids=enc["input_ids"].to(device),
-                                 attention_mask=enc["attention_mask"].to(device),
-                                 max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id, use_cache=True)
+            out = model.generate(
+                input_ids=enc["input_ids"].to(device),
+                attention_mask=enc["attention_mask"].to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                use_cache=True,
+            )
         text = tokenizer.decode(out[0, n:], skip_special_tokens=True)
         parsed = parse_assistant(text)
         labels = sorted(rec["label_to_rollout"])
@@ -65,22 +71,40 @@ def _gold(labels_path: Path, ids: set[str]) -> dict[str, list[str]]:
     return gold
 
 
-def compare(groups: list[Any], gold: dict[str, list[str]], repos_dir: Path, backend: Any, *,
-            max_turns: int, max_new_tokens: int) -> list[dict[str, Any]]:
+def compare(
+    groups: list[Any],
+    gold: dict[str, list[str]],
+    repos_dir: Path,
+    backend: Any,
+    *,
+    max_turns: int,
+    max_new_tokens: int,
+) -> list[dict[str, Any]]:
     """Rows of the comparison table: heuristic, judge (own answers only), judge with heuristic fallback."""
     from grader.grade import grade_groups
 
     todo = [g for g in groups if g.instance_id in gold]
     heur = grade_groups(todo, repos_dir, judge="heuristic")
-    judged = grade_groups(todo, repos_dir, judge="llm", backend=backend, max_turns=max_turns,
-                          max_new_tokens=max_new_tokens)
+    judged = grade_groups(
+        todo, repos_dir, judge="llm", backend=backend, max_turns=max_turns, max_new_tokens=max_new_tokens
+    )
     own = {g.instance_id: g.ranking for g in judged if not g.fallback}
     rows = [
-        {"ranker": "heuristic", **evaluate({g.instance_id: g.ranking for g in heur}, gold), "parse_rate": 1.0},
-        {"ranker": f"judge {getattr(backend, 'name', '')}".strip(), **evaluate(own, gold),
-         "parse_rate": len(own) / len(todo) if todo else 0.0},
-        {"ranker": "judge+fallback", **evaluate({g.instance_id: g.ranking for g in judged}, gold),
-         "parse_rate": len(own) / len(todo) if todo else 0.0},
+        {
+            "ranker": "heuristic",
+            **evaluate({g.instance_id: g.ranking for g in heur}, gold),
+            "parse_rate": 1.0,
+        },
+        {
+            "ranker": f"judge {getattr(backend, 'name', '')}".strip(),
+            **evaluate(own, gold),
+            "parse_rate": len(own) / len(todo) if todo else 0.0,
+        },
+        {
+            "ranker": "judge+fallback",
+            **evaluate({g.instance_id: g.ranking for g in judged}, gold),
+            "parse_rate": len(own) / len(todo) if todo else 0.0,
+        },
     ]
     return rows
 
@@ -93,8 +117,14 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
     for col in ("ranker", "groups", "top-1", "pairwise", "Kendall tau", "parse rate"):
         table.add_column(col, justify="left" if col == "ranker" else "right")
     for r in rows:
-        table.add_row(r["ranker"], str(r["instances"]), f"{r['top1']:.3f}", f"{r['pairwise_accuracy']:.3f}",
-                      f"{r['kendall_tau']:.3f}", f"{r['parse_rate']:.2f}")
+        table.add_row(
+            r["ranker"],
+            str(r["instances"]),
+            f"{r['top1']:.3f}",
+            f"{r['pairwise_accuracy']:.3f}",
+            f"{r['kendall_tau']:.3f}",
+            f"{r['parse_rate']:.2f}",
+        )
     Console(width=110).print(table)
 
 
@@ -122,8 +152,14 @@ def main(argv: list[str]) -> int:
         if not args.repos_dir.is_dir():
             raise InputError(f"--repos-dir {args.repos_dir} is not a directory")
         backend = make_backend(args.backend, args.model, adapter=args.adapter, base_url=args.base_url)
-        rows = compare(groups, gold, args.repos_dir, backend, max_turns=args.max_turns,
-                       max_new_tokens=args.max_new_tokens)
+        rows = compare(
+            groups,
+            gold,
+            args.repos_dir,
+            backend,
+            max_turns=args.max_turns,
+            max_new_tokens=args.max_new_tokens,
+        )
     except (InputError, ValueError, OSError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

@@ -68,7 +68,9 @@ def build_record(
         ev_l = {to_label[r]: [_LETTER_PREFIX.sub("", s) for s in evidence.get(r, [])] for r in order}
         problems = validate_answer(Answer(ranking, tiers_l, ev_l), labels)
         if problems:
-            raise RecordError(f"{group.instance_id}: label does not make a valid answer: {'; '.join(problems)}")
+            raise RecordError(
+                f"{group.instance_id}: label does not make a valid answer: {'; '.join(problems)}"
+            )
         messages.append({"role": "assistant", "content": format_answer(ranking, tiers_l, ev_l)})
         return {
             "instance_id": group.instance_id,

@@ -82,7 +82,9 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"{path}: unknown keys {unknown}; known: {sorted(DEFAULTS)}")
     if bool(cfg["model"]) == bool(cfg["tiny_model"]):
-        raise ConfigError(f"{path}: give exactly one of `model` (hub id or path) and `tiny_model` (a mapping)")
+        raise ConfigError(
+            f"{path}: give exactly one of `model` (hub id or path) and `tiny_model` (a mapping)"
+        )
     if not cfg["data"]["train"] or not cfg["output_dir"]:
         raise ConfigError(f"{path}: `data.train` and `output_dir` are required")
     return cfg
@@ -110,7 +112,15 @@ def _fits(tokenizer: Any, records: list[dict[str, Any]], max_length: int) -> tup
 
 def _resolve_model(cfg: dict[str, Any]) -> str:
     if cfg["model"]:
-        return str(cfg["model"])
+        model = str(cfg["model"])
+        local = Path(model).expanduser()
+        # Hub ids never start with / . or ~: such a value is a path, and a missing one would otherwise fail
+        # later with a confusing "repo id" message from the hub client.
+        if model.startswith((".", "/", "~")) and not local.exists():
+            raise ConfigError(
+                f"model path {model} does not exist (give a hub id like owner/name or a local dir)"
+            )
+        return str(local) if local.exists() else model
     from sft.tiny import build_tiny_model
 
     tiny = dict(cfg["tiny_model"])
@@ -124,8 +134,13 @@ def _ranking_trainer_class() -> type:
     class RankingSFTTrainer(SFTTrainer):
         """SFTTrainer whose evaluation also logs the judge's ranking metrics next to the loss."""
 
-        def __init__(self, *a: Any, ranking_records: list[dict[str, Any]] | None = None,
-                     ranking_max_new_tokens: int = 512, **kw: Any) -> None:
+        def __init__(
+            self,
+            *a: Any,
+            ranking_records: list[dict[str, Any]] | None = None,
+            ranking_max_new_tokens: int = 512,
+            **kw: Any,
+        ) -> None:
             super().__init__(*a, **kw)
             self.ranking_records = ranking_records or []
             self.ranking_max_new_tokens = ranking_max_new_tokens
@@ -136,8 +151,12 @@ def _ranking_trainer_class() -> type:
                 was_training = self.model.training
                 self.model.eval()
                 try:
-                    m = answer_step_metrics(self.model, self.processing_class, self.ranking_records,
-                                            max_new_tokens=self.ranking_max_new_tokens)
+                    m = answer_step_metrics(
+                        self.model,
+                        self.processing_class,
+                        self.ranking_records,
+                        max_new_tokens=self.ranking_max_new_tokens,
+                    )
                 finally:
                     self.model.train(was_training)
                 ranked = {f"eval_{k}": float(v) for k, v in m.items() if isinstance(v, int | float)}
@@ -146,6 +165,16 @@ def _ranking_trainer_class() -> type:
             return metrics
 
     return RankingSFTTrainer
+
+
+def _eval_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per evaluation: the loss entry and the ranking entry of the same step merged."""
+    rows: dict[int, dict[str, Any]] = {}
+    for h in history:
+        if any(k.startswith("eval_") for k in h):
+            row = rows.setdefault(int(h["step"]), {"step": h["step"], "epoch": h.get("epoch")})
+            row.update({k: v for k, v in h.items() if k.startswith("eval_")})
+    return [rows[k] for k in sorted(rows)]
 
 
 def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str, Any]:
@@ -172,14 +201,23 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
     if cfg["data"]["val"]:
         val_rows, dropped_val = _fits(tokenizer, read_records(cfg["data"]["val"]), int(t["max_length"]))
     if not train_rows:
-        raise ConfigError(f"no training record fits max_length={t['max_length']} tokens; raise training.max_length")
+        raise ConfigError(
+            f"no training record fits max_length={t['max_length']} tokens; raise training.max_length"
+        )
     train_ds = Dataset.from_list([{"messages": r["messages"]} for r in train_rows] * max(1, int(t["repeat"])))
     val_ds = Dataset.from_list([{"messages": r["messages"]} for r in val_rows]) if val_rows else None
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if bf16 else torch.float32)
     targets = lo["target_modules"]
-    lora = LoraConfig(r=int(lo["r"]), lora_alpha=int(lo["alpha"]), lora_dropout=float(lo["dropout"]),
-                      target_modules=targets if isinstance(targets, str) else list(targets), task_type="CAUSAL_LM")
-    steps_per_epoch = math.ceil(len(train_ds) / (int(t["batch_size"]) * int(t["gradient_accumulation_steps"])))
+    lora = LoraConfig(
+        r=int(lo["r"]),
+        lora_alpha=int(lo["alpha"]),
+        lora_dropout=float(lo["dropout"]),
+        target_modules=targets if isinstance(targets, str) else list(targets),
+        task_type="CAUSAL_LM",
+    )
+    steps_per_epoch = math.ceil(
+        len(train_ds) / (int(t["batch_size"]) * int(t["gradient_accumulation_steps"]))
+    )
     args = SFTConfig(
         output_dir=str(out),
         num_train_epochs=float(t["epochs"]),
@@ -248,8 +286,7 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         "bf16": bf16,
         "gradient_checkpointing": ckpt,
         "loss_curve": [(h["step"], h["loss"]) for h in history if "loss" in h],
-        "eval": [{k: v for k, v in h.items() if k.startswith("eval_") or k in ("epoch", "step")}
-                 for h in history if any(k.startswith("eval_") for k in h)],
+        "eval": _eval_rows(history),
     }
     tmp = out / ".sft_summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -259,7 +296,9 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gagar sft train", description="LoRA SFT of the judge (TRL + PEFT).")
-    p.add_argument("--config", required=True, help="YAML config (see configs/sft_tiny.yaml, configs/sft_gpu.yaml)")
+    p.add_argument(
+        "--config", required=True, help="YAML config (see configs/sft_tiny.yaml, configs/sft_gpu.yaml)"
+    )
     p.add_argument("--resume", nargs="?", const="last", help="resume from the last checkpoint, or from PATH")
     p.add_argument("--output-dir", help="override `output_dir` of the config")
     p.add_argument("--max-steps", type=int, help="override training.max_steps")
@@ -279,10 +318,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gagar sft train: {exc}", file=sys.stderr)
         return 2
     ev = summary["eval"][-1] if summary["eval"] else {}
-    print(f"gagar sft train: {summary['global_step']} steps, train loss {summary['train_loss']:.4f}"
-          + (f", eval loss {ev.get('eval_loss', float('nan')):.4f}, top-1 {ev.get('eval_top1', float('nan')):.2f}, "
-             f"parse rate {ev.get('eval_parse_rate', float('nan')):.2f}" if ev else "")
-          + f"; adapter -> {summary['adapter']}")
+    print(
+        f"gagar sft train: {summary['global_step']} steps, train loss {summary['train_loss']:.4f}"
+        + (
+            f", eval loss {ev.get('eval_loss', float('nan')):.4f}, top-1 {ev.get('eval_top1', float('nan')):.2f}, "
+            f"parse rate {ev.get('eval_parse_rate', float('nan')):.2f}"
+            if ev
+            else ""
+        )
+        + f"; adapter -> {summary['adapter']}"
+    )
     return 0
 
 

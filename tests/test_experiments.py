@@ -88,6 +88,8 @@ def test_weight_table_matches_gradings():
     assert table[0, mask, ids.index("bloated")] == pytest.approx(0.2)
     assert torch.isnan(table[0, mask, ids.index("gold")])  # not in that group
     assert torch.isnan(table[0, 1 << ids.index("wrong-a")]).all()  # failing patches are never graded
+    # Tier 1 of the grading of all passing patches together: minimal and gold, not bloated.
+    assert [ids[j] for j in bandit.top_tier[0].nonzero().flatten().tolist()] == ["minimal", "gold"]
 
 
 def test_bloat_short_run_is_well_formed_and_learns():
@@ -99,10 +101,10 @@ def test_bloat_short_run_is_well_formed_and_learns():
         curves = data["curves"]
         assert set(curves) == set(METRICS)
         assert len(curves["pass_rate"]["mean"]) == cfg.steps + 1  # policy read before each step and at the end
-        assert len(curves["pos_adv_sum"]["mean"]) == cfg.steps
+        assert len(curves["pos_adv"]["mean"]) == cfg.steps
         assert curves["pass_rate"]["mean"][0] == pytest.approx(np.mean([3 / 5, 2 / 4, 2 / 4]))  # uniform start
         assert data["final"]["pass_rate"]["mean"] > curves["pass_rate"]["mean"][0] + 0.2
-        assert 0.0 <= data["final"]["minimal_share"]["mean"] <= 1.0
+        assert 0.0 <= data["final"]["minimal_share"]["mean"] <= data["final"]["top_tier_share"]["mean"] <= 1.0
         assert 2.0 <= data["final"]["diff_lines"]["mean"] <= 12.0
         assert len(data["per_seed_final"]) == 3
     assert [t["passing"] for t in result["tasks"]] == [3, 2, 2]
@@ -124,9 +126,9 @@ def test_downweight_shrinks_the_positive_signal_gagar_preserves():
     bandit = Bandit(TINY_CACHE)
     cfg = BloatConfig(steps=1, n=8, lr=1.0)
     seeds = list(range(6))  # step 0 sees the same logits and the same samples in every method
-    grpo = run_method("grpo", bandit, cfg, seeds)["pos_adv_sum"][:, 0]
-    gagar = run_method("grpo+gagar", bandit, cfg, seeds)["pos_adv_sum"][:, 0]
-    down = run_method("downweight", bandit, cfg, seeds)["pos_adv_sum"][:, 0]
+    grpo = run_method("grpo", bandit, cfg, seeds)["pos_adv"][:, 0]
+    gagar = run_method("grpo+gagar", bandit, cfg, seeds)["pos_adv"][:, 0]
+    down = run_method("downweight", bandit, cfg, seeds)["pos_adv"][:, 0]
     assert np.all(gagar <= grpo + 1e-9)  # equal unless the λ cap binds
     assert gagar.sum() > 0.9 * grpo.sum()
     assert np.all(down <= gagar + 1e-9) and down.sum() < 0.9 * gagar.sum()

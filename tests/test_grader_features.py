@@ -161,9 +161,8 @@ def test_heuristic_ranks_each_bundled_minimal_patch_first(tmp_path_factory):
 
 
 def test_tier_weights_match_the_advantage_engine():
-    from trainer.advantage import DEFAULT_TIERS, weights_from_tiers
-
     from grader.heuristic import weights_for
+    from trainer.advantage import DEFAULT_TIERS, weights_from_tiers
 
     assert TIER_WEIGHTS == DEFAULT_TIERS
     assert weights_for({"a": 1, "b": 3}) == weights_from_tiers({"a": 1, "b": 3}) == {"a": 1.0, "b": 0.2}

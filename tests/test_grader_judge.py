@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_grader_util import bundled_tasks
 
 from grader.aggregate import aggregate_tiers, agreement, borda
@@ -164,9 +166,8 @@ def test_turn_budget_ends_the_loop(tasks):
 
 def test_llm_judge_end_to_end_with_a_tiny_random_model(tasks, tmp_path_factory):
     """A random model's reply is almost never a valid answer: the run must end in the heuristic fallback."""
-    from sft.tiny import build_tiny_model
-
     from grader.backends import TransformersBackend
+    from sft.tiny import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")
     backend = TransformersBackend(str(model_dir))
@@ -199,3 +200,50 @@ def test_metrics():
     assert m["instances"] == 3 and m["graded"] == 2
     assert m["top1"] == pytest.approx(1 / 3) and m["kendall_tau"] == pytest.approx(0.0)
     json.dumps(m)
+
+
+def test_transformers_backend_loads_a_peft_adapter(tmp_path_factory):
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grader.backends import TransformersBackend, make_backend
+    from sft.tiny import build_tiny_model
+
+    model_dir = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")
+    adapter = tmp_path_factory.mktemp("adapter")
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
+                                LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    peft_model.save_pretrained(adapter)
+    backend = make_backend("transformers", str(model_dir), adapter=str(adapter))
+    assert isinstance(backend, TransformersBackend) and backend.name == f"{model_dir.name}+{adapter.name}"
+    assert isinstance(backend.model, PeftModel)
+    assert isinstance(backend.chat([{"role": "user", "content": "hi"}], max_new_tokens=3), str)
+    with pytest.raises(ValueError, match="--model"):
+        make_backend("transformers", None)
+    with pytest.raises(ImportError, match="vllm"):
+        make_backend("vllm", "some/model")
+
+
+def test_permutations_expose_a_position_biased_model(tasks):
+    """Stands for a model that always prefers the first letters: shuffling the letters per permutation turns
+    its bias into disagreement between runs, which the grading reports."""
+    g = load_groups(tasks / "groups.jsonl")[0]
+
+    class Biased:
+        name = "biased"
+
+        def chat(self, messages, *, max_new_tokens=512, temperature=0.0):
+            labels = messages[1]["content"].split("Candidates (all pass the tests): ")[1].split("\n")[0].split(", ")
+            return format_answer(labels, {lab: 1 for lab in labels}, {})
+
+    res = LLMJudge(Biased()).grade(g, tasks / "repos", permutations=4)
+    assert not res.fallback and res.agreement is not None and res.agreement < 1.0
+    assert sorted(res.ranking) == sorted(c.rollout_id for c in g.candidates)
+    single = LLMJudge(Biased()).grade(g, tasks / "repos", permutations=1)
+    assert single.agreement is None
+
+
+@given(st.permutations(list("abcdef")), st.permutations(list("abcdef")))
+def test_tau_and_pairwise_accuracy_agree(pred, gold):
+    assert kendall_tau(pred, gold) == pytest.approx(2 * pairwise_accuracy(pred, gold) - 1)
+    assert borda([pred]) == list(pred)

@@ -52,7 +52,7 @@ def make_patch(repo: Path, changes: dict[str, str | None]) -> str:
 def bundled_tasks(base: Path) -> Path:
     """Build the bundled tasks once per test session (examples/build_tasks.py, offline and fast)."""
     if "dir" not in _TASKS:
-        out = base / "tasks"
+        out = base / "grader-tasks"
         subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(out)],
                        check=True, capture_output=True, text=True, timeout=600)
         _TASKS["dir"] = out

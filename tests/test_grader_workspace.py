@@ -84,6 +84,8 @@ def test_tools_are_bounded_and_safe(calc, tmp_path):
     p1 = make_patch(repo, {"calc.py": CALC.replace("a - b", "a + b", 1), "big.py": big})
     p2 = make_patch(repo, {"calc.py": CALC.replace("a - b", "b + a", 1)})
     g = _group(base, {"one": p1, "two": p2})
+    g.candidates[1].test_output = "\n".join(f"log {i}" for i in range(500)) + "\n2 passed"
+    g.candidates[1].trajectory = [{"step": i, "action": "edit"} for i in range(300)]
     with SharedWorkspace(g, repos) as ws:
         a, b = ws.label_of("one"), ws.label_of("two")
         listing = run_tool(ws, "list_candidates", {})
@@ -112,10 +114,15 @@ def test_tools_are_bounded_and_safe(calc, tmp_path):
         cmp_ = run_tool(ws, "compare", {"a": a, "b": b})
         assert f"only {a}: big.py" in cmp_ and "-    return a + b" in cmp_ and "+    return b + a" in cmp_
         assert "no test output" in run_tool(ws, "test_output", {"candidate": a})
+        assert "no trajectory" in run_tool(ws, "trajectory", {"candidate": a})
         assert run_tool(ws, "show_diff", {"candidate": "Z"}).startswith("error: unknown candidate")
         assert run_tool(ws, "rm_rf", {}).startswith("error: unknown tool")
         assert run_tool(ws, "read_file", {"candidate": a, "path": "calc.py", "start": "x"}).startswith("error:")
         assert "leak" not in run_tool(ws, "list_files", {"candidate": b})
+        tail = run_tool(ws, "test_output", {"candidate": b})
+        assert tail.startswith("[first 301 lines not shown]") and tail.endswith("2 passed")
+        traj = run_tool(ws, "trajectory", {"candidate": b})
+        assert '"step": 0' in traj and "offset=200" in traj
 
 
 def test_bound_says_what_was_cut():

@@ -223,3 +223,34 @@ def test_restore_after_model_deleted_and_renamed_tests(repo) -> None:
     assert res.tampered and res.touched == ["tests/test_a.py", "tests/test_b.py"]
     assert "test_new" in (root / "tests/test_a.py").read_text()
     assert (root / "tests/test_b.py").read_text() == "def test_b():\n    assert True\n"
+
+
+PYPROJECT = '[project]\nname = "x"\nversion = "1"\n\n[tool.pytest.ini_options]\naddopts = "-q"\n'
+
+
+@pytest.mark.parametrize(
+    "new, tampered",
+    [
+        (PYPROJECT.replace('version = "1"', 'version = "2"'), False),  # unrelated edit survives
+        (PYPROJECT.replace('"-q"', '"-q -p evil_plugin"'), True),  # a plugin of the model's choosing
+    ],
+    ids=["version-bump", "pytest-addopts"],
+)
+def test_restore_pyproject_pytest_section(tmp_path: Path, new: str, tampered: bool) -> None:
+    root = tmp_path / "r"
+    base = make_repo(root, {"pyproject.toml": PYPROJECT, "setup.cfg": "[metadata]\nname = x\n"})
+    model = staged_diff(root, {"pyproject.toml": new, "setup.cfg": "[metadata]\nname = y\n"})
+    out = apply_patch(root, model, base_commit=base)
+    res = restore_task_tests(root, base_commit=base, test_patch="", model_patch_info=out.info)
+    assert res.tampered is tampered and res.touched == (["pyproject.toml"] if tampered else [])
+    assert (root / "pyproject.toml").read_text() == (PYPROJECT if tampered else new)
+    assert (root / "setup.cfg").read_text() == "[metadata]\nname = y\n"
+
+
+def test_restore_setup_cfg_pytest_section_added(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    base = make_repo(root, {"setup.cfg": "[metadata]\nname = x\n"})
+    model = staged_diff(root, {"setup.cfg": "[metadata]\nname = x\n\n[tool:pytest]\naddopts = -p no:junitxml\n"})
+    out = apply_patch(root, model, base_commit=base)
+    res = restore_task_tests(root, base_commit=base, test_patch="", model_patch_info=out.info)
+    assert res.tampered and (root / "setup.cfg").read_text() == "[metadata]\nname = x\n"

@@ -198,9 +198,9 @@ class Trainer:
         bs = max(1, self.cfg.optim.minibatch_size)
         for i in range(0, len(trajs), bs):
             chunk = trajs[i : i + bs]
-            ids, attn, _ = pad_batch([t.token_ids for t in chunk], [t.mask for t in chunk],
-                                     self.tokenizer.pad_token_id, self.device)
-            logp, _ = token_logprobs(self.model, ids, attn)
+            ids, attn, lmask = pad_batch([t.token_ids for t in chunk], [t.mask for t in chunk],
+                                         self.tokenizer.pad_token_id, self.device)
+            logp, _ = token_logprobs(self.model, ids, attn, lmask)
             for t, row in zip(chunk, logp.cpu(), strict=True):
                 t.old_logprobs = row[: len(t.token_ids) - 1].tolist()
         self.model.train(was)
@@ -311,7 +311,7 @@ class Trainer:
                 for r, (t, _) in enumerate(mb):
                     old[r, : len(t.old_logprobs)] = torch.tensor(t.old_logprobs)
                 A = torch.tensor([a for _, a in mb], device=self.device)[:, None]
-                logp, ent = token_logprobs(self.model, ids, attn, with_entropy=True)
+                logp, ent = token_logprobs(self.model, ids, attn, lmask, with_entropy=True)
                 ratio = torch.exp(logp - old)
                 # PPO/DAPO clipped surrogate: pessimistic of the raw and the clipped ratio; clip-higher lets
                 # low-probability tokens with positive advantage grow more than a symmetric clip would.
@@ -320,7 +320,7 @@ class Trainer:
                 kl = torch.zeros_like(tok_loss)
                 if o.kl_coef > 0:
                     with torch.no_grad(), reference_context(self.model, self.ref_model) as ref:
-                        ref_logp, _ = token_logprobs(ref, ids, attn)
+                        ref_logp, _ = token_logprobs(ref, ids, attn, lmask)
                     d = ref_logp - logp
                     kl = torch.exp(d) - d - 1  # k3 estimator: unbiased, always >= 0
                     tok_loss = tok_loss + o.kl_coef * kl

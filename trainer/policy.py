@@ -93,12 +93,25 @@ def pad_batch(seqs: list[list[int]], masks: list[list[int]], pad_id: int, device
     return ids.to(device), attn.to(device), loss_mask.to(device)
 
 
-def token_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, *, with_entropy: bool = False):
-    """log π(token_t | tokens_<t) for t ≥ 1, aligned with `ids[:, 1:]`; optionally the entropy per position."""
-    logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
+def _core(model: Any) -> Any:
+    """The causal LM under any PEFT wrapper (LoRA layers are injected in place, so they still run)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def token_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, *,
+                   with_entropy: bool = False):
+    """log π(token_{t+1} | tokens_≤t) where `mask` (B, T) marks the scored tokens, as a (B, T-1) tensor aligned
+    with `ids[:, 1:]` (0 elsewhere); optionally the entropy at those positions. Only the masked positions go
+    through the LM head: with a large vocabulary and long prompts that head is most of the compute."""
+    core = _core(model)
+    hidden = core.model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1]
+    sel = mask[:, 1:].bool()
+    logits = core.lm_head(hidden[sel]).float()
     logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    picked = logp_all.gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1)
+    logp = torch.zeros(sel.shape, dtype=picked.dtype, device=picked.device).masked_scatter(sel, picked)
     if not with_entropy:
         return logp, None
-    ent = -(logp_all.exp() * logp_all).sum(-1)
+    ent_sel = -(logp_all.exp() * logp_all).sum(-1)
+    ent = torch.zeros(sel.shape, dtype=ent_sel.dtype, device=ent_sel.device).masked_scatter(sel, ent_sel)
     return logp, ent

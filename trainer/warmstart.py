@@ -24,6 +24,7 @@ from sandbox.records import Instance
 from trainer.agent.prompts import single_turn_messages
 from trainer.agent.tokens import Conversation
 from trainer.config import TrainConfig
+from trainer.policy import token_logprobs
 
 _MARKER = "gagar_warmstart.json"
 
@@ -97,13 +98,14 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
             seqs = [p + a for p, a in batch]
             width = max(map(len, seqs))
             ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-            labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.float32)
             attn = torch.zeros((len(seqs), width), dtype=torch.long)
             for k, (p, a) in enumerate(batch):
                 ids[k, : len(p) + len(a)] = torch.tensor(p + a)
-                labels[k, len(p) : len(p) + len(a)] = torch.tensor(a)
+                mask[k, len(p) : len(p) + len(a)] = 1
                 attn[k, : len(p) + len(a)] = 1
-            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+            logp, _ = token_logprobs(model, ids, attn, mask)
+            loss = -logp.sum() / mask[:, 1:].sum()
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

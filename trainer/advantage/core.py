@@ -21,12 +21,17 @@ def out_dtype(t: Tensor) -> torch.dtype:
 
 
 def check_finite(rewards: Tensor, what: str = "rewards") -> None:
-    if rewards.is_floating_point() and not bool(torch.isfinite(rewards).all()):
-        bad = int((~torch.isfinite(rewards)).sum())
-        raise ValueError(
-            f"{bad} of {rewards.numel()} {what} are NaN or infinite; fix or drop those rollouts "
-            "(e.g. give a crashed rollout the failure reward) before computing advantages"
-        )
+    if not rewards.is_floating_point() or rewards.numel() == 0:
+        return
+    # A finite sum proves every value finite, and one sum is several times cheaper on CPU than
+    # isfinite().all(); only a non-finite sum (NaN/inf, or a float overflow) needs the elementwise check.
+    if bool(rewards.sum().isfinite()) or bool(torch.isfinite(rewards).all()):
+        return
+    bad = int((~torch.isfinite(rewards)).sum())
+    raise ValueError(
+        f"{bad} of {rewards.numel()} {what} are NaN or infinite; fix or drop those rollouts "
+        "(e.g. give a crashed rollout the failure reward) before computing advantages"
+    )
 
 
 def grouped(

@@ -102,19 +102,22 @@ def gapo_center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -
     if sizes is None:
         k = window_size(m, coverage)
         widths = s[:, k - 1 :] - s[:, : m - k + 1]  # (G, m − k + 1), one per window start
-        start = widths.argmin(1, keepdim=True)  # argmin returns the first minimum: the lowest window
+        # min(dim) returns the first minimum (the lowest window) and is cheaper than argmin on CPU
+        start = widths.min(1, keepdim=True)[1]
         if center == "mean":
             return s.unfold(1, k, 1).mean(-1).gather(1, start)
         if k % 2:
             return s.gather(1, start + k // 2)
-        return s.gather(1, start.add(k // 2 - 1).expand(g, 2).add(_PAIR.to(start.device))).mean(1, keepdim=True)
+        # medians of every window at once (sum of the two middle values), then pick the chosen window's
+        pairs = s[:, k // 2 - 1 : m - k // 2] + s[:, k // 2 : m - k // 2 + 1]
+        return pairs.gather(1, start).mul_(0.5)
     k = window_size(sizes, coverage)[:, None]  # (G, 1), one k per group
     starts = torch.arange(m, device=s.device)[None, :]  # (1, m)
     ends = starts + k - 1
     valid = ends < sizes[:, None]
     widths = s.gather(1, ends.clamp(max=m - 1)) - s
     widths = torch.where(valid, widths, torch.full((), math.inf, dtype=s.dtype, device=s.device))
-    start = widths.argmin(1, keepdim=True)
+    start = widths.min(1, keepdim=True)[1]
     if center == "mean":
         inside = (starts >= start) & (starts < start + k)
         total = torch.where(inside, s, torch.zeros((), dtype=s.dtype, device=s.device)).sum(1, keepdim=True)
@@ -122,9 +125,6 @@ def gapo_center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -
     lo = s.gather(1, start + (k - 1) // 2)
     hi = s.gather(1, start + k // 2)
     return (lo + hi) / 2
-
-
-_PAIR = torch.tensor([0, 1])  # the two middle offsets of an even window
 
 
 @register_estimator("gapo")

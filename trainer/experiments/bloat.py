@@ -15,8 +15,10 @@ Methods:
 
 Metrics per step are exact expectations under the current policy, averaged over tasks (no sampling noise):
 pass rate Σ_j π_j pass_j; minimal share Σ_{j passing, quality_rank 1} π_j / Σ_{j passing} π_j; mean diff size of
-passing rollouts Σ_{j passing} π_j size_j / Σ_{j passing} π_j; entropy −Σ π_j log π_j. Per step also the
-sampled share of mixed groups and the total positive advantage the update used.
+passing rollouts Σ_{j passing} π_j size_j / Σ_{j passing} π_j; entropy −Σ π_j log π_j; top-tier share, the
+minimal share's analogue for the patches the grader puts in tier 1 when it ranks all of a task's passing ones. Per step also the
+sampled share of mixed-outcome groups and the positive advantage the update used (sum per group, mean over
+groups).
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "gapo+gagar": {"estimator": "gapo", "grader": "gagar"},
     "downweight": {"estimator": "grpo", "grader": "downweight"},
 }
-METRICS = ("pass_rate", "minimal_share", "diff_lines", "entropy", "mixed_groups", "pos_adv_sum")
-FINAL = METRICS[:4]  # the policy metrics, read after the last update
+METRICS = ("pass_rate", "minimal_share", "diff_lines", "entropy", "top_tier_share", "mixed_groups", "pos_adv")
+FINAL = METRICS[:5]  # the policy metrics, read after the last update
 
 
 @dataclass
@@ -89,6 +91,14 @@ class Bandit:
         # Tasks where nothing or everything passes give no learning signal, and ones without a minimal
         # passing patch cannot show a minimal share: the policy still covers them, the metrics say which.
         self.has_passing = self.passing.any(1)
+        # Tier 1 of the grader's ranking of all a task's passing patches together: what GAGAR can tell apart.
+        self.top_tier = torch.zeros(shape, dtype=torch.bool)
+        for t in range(len(tasks)):
+            ids = self.rollout_ids[t]
+            full = self.gradings[t].get(",".join(sorted(ids[j] for j in range(len(ids)) if self.passing[t, j])))
+            for rid, tier in ((full or {}).get("tiers") or {}).items():
+                if rid in ids and int(tier) == 1:
+                    self.top_tier[t, ids.index(rid)] = True
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -120,13 +130,16 @@ def policy_metrics(bandit: Bandit, logits: torch.Tensor) -> dict[str, torch.Tens
     pp = p * bandit.passing
     mass = pp.sum(-1)  # (S, T)
     has_min = bandit.has_passing & bandit.minimal.any(1)  # (T,)
+    has_top = bandit.has_passing & bandit.top_tier.any(1)
     minimal = (p * bandit.minimal).sum(-1) / mass.clamp(min=1e-300)
+    top = (p * bandit.top_tier).sum(-1) / mass.clamp(min=1e-300)
     size = (pp * bandit.size).sum(-1) / mass.clamp(min=1e-300)
     logp = torch.log_softmax(logits, dim=-1).masked_fill(~bandit.valid, 0.0)
     nan = torch.full(mass.shape[:1], float("nan"), dtype=mass.dtype)
     return {
         "pass_rate": mass.mean(-1),
         "minimal_share": minimal[:, has_min].mean(-1) if has_min.any() else nan,
+        "top_tier_share": top[:, has_top].mean(-1) if has_top.any() else nan,
         "diff_lines": size[:, bandit.has_passing].mean(-1) if bandit.has_passing.any() else nan,
         "entropy": -(p * logp).sum(-1).mean(-1),
     }
@@ -169,7 +182,7 @@ def run_method(method: str, bandit: Bandit, cfg: BloatConfig, seeds: list[int]) 
         weights = table[task, mask].gather(1, picks)
         adv = step_advantages(method, rewards, weights, cfg)
         history["mixed_groups"].append(mixed_outcome(rewards > 0).double().view(s_count, t_count).mean(1))
-        history["pos_adv_sum"].append(adv.clamp(min=0).view(s_count, -1).sum(1))
+        history["pos_adv"].append(adv.clamp(min=0).view(s_count, t_count, -1).sum(-1).mean(1))
         # REINFORCE on a softmax: d/dθ_j Σ_i A_i log π(a_i) = Σ_{i: a_i = j} A_i − π_j Σ_i A_i.
         flat_p = probs.view(-1, k)
         grad = torch.zeros_like(flat_p).scatter_add_(1, picks, adv) - flat_p * adv.sum(1, keepdim=True)

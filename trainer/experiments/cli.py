@@ -18,7 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.experiments.verdicts import VerdictError, build_verdicts, load_verdicts, write_json_atomic
+from trainer.experiments.verdicts import (
+    VerdictError,
+    build_verdicts,
+    file_digest,
+    load_verdicts,
+    write_json_atomic,
+)
 
 DEFAULT_OUT = Path(".gagar/experiments")
 DEFAULT_TASKS = Path(".gagar/tasks")
@@ -48,16 +54,18 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="name", required=True, metavar="{bloat,skew}")
 
     b = sub.add_parser("bloat", help="GRPO vs GAGAR on a softmax policy over the bundled tasks' real patches")
-    b.add_argument("--seeds", type=_positive_int, default=5)
-    b.add_argument("--steps", type=_positive_int, default=200)
-    b.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    b.add_argument("--seeds", type=_positive_int, default=8, help="independent runs per method (default 8)")
+    b.add_argument("--steps", type=_positive_int, default=300, help="policy updates (default 300)")
+    b.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     b.add_argument("--verdicts", type=Path, default=None,
                    help="verdict cache to reuse (or to create when missing); default OUT/verdicts.json")
     b.add_argument("--tasks-dir", type=Path, default=DEFAULT_TASKS,
                    help="bundled tasks (built with examples/build_tasks.py when missing)")
     b.add_argument("--redo-verdicts", action="store_true", help="re-run the sandbox even if a cache exists")
-    b.add_argument("--n", type=_positive_int, default=8, help="rollouts per task per step")
-    b.add_argument("--lr", type=float, default=2.0)
+    b.add_argument("--sandbox-run-dir", type=Path, default=DEFAULT_OUT / "verdicts-run",
+                   help="where the sandbox writes results and logs while building the cache (resumable)")
+    b.add_argument("--n", type=_positive_int, default=8, help="rollouts per task per step (default 8)")
+    b.add_argument("--lr", type=float, default=1.0, help="step size on the logits (default 1.0)")
     b.add_argument("--cap", type=float, default=None, help="GAGAR λ cap (default: the engine's)")
     b.add_argument("--methods", default="grpo,grpo+gagar,gapo+gagar,downweight")
     b.add_argument("--max-workers", type=_positive_int, default=2)
@@ -65,13 +73,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--base-seed", type=int, default=0)
 
     s = sub.add_parser("skew", help="GRPO vs GAPO advantages on normal, skewed and outlier reward groups")
-    s.add_argument("--seeds", type=_positive_int, default=5)
-    s.add_argument("--steps", type=_positive_int, default=4, help="PPO epochs of the clip-fraction update")
-    s.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    s.add_argument("--seeds", type=_positive_int, default=5, help="independent draws (default 5)")
+    s.add_argument("--steps", type=_positive_int, default=4, help="PPO epochs of the clip-fraction update (default 4)")
+    s.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     s.add_argument("--n", type=_positive_int, default=16, help="rollouts per group (even)")
     s.add_argument("--configs", type=_positive_int, default=1500, help="group distributions per seed")
     s.add_argument("--replicates", type=_positive_int, default=16, help="groups drawn per distribution")
-    s.add_argument("--lr", type=float, default=0.1)
+    s.add_argument("--lr", type=float, default=0.1, help="SGD step on each rollout's log-probability")
     s.add_argument("--clip-eps", type=float, default=0.2)
     s.add_argument("--estimators", default="grpo,gapo")
     s.add_argument("--reward", choices=("partial", "exact"), default="partial",
@@ -93,13 +101,29 @@ def _ensure_tasks(tasks_dir: Path) -> None:
         raise VerdictError(f"examples/build_tasks.py failed:\n{proc.stderr[-2000:]}")
 
 
+def _stale(cache: dict[str, Any], tasks_dir: Path) -> bool:
+    """A default-path cache made from other task files than the ones now in --tasks-dir."""
+    preds = tasks_dir / "predictions.jsonl"
+    if not preds.is_file():
+        return False
+    return cache.get("source", {}).get("predictions_sha") != file_digest(preds)
+
+
 def _verdicts(args: argparse.Namespace) -> dict[str, Any]:
     path = args.verdicts or args.out / "verdicts.json"
     if path.exists() and not args.redo_verdicts:
-        return load_verdicts(path)
+        cache = load_verdicts(path)
+        # An explicit --verdicts file is used as given; the default one follows the task files.
+        if args.verdicts is not None or not _stale(cache, args.tasks_dir):
+            return cache
+        print(f"{path} was built from other task files than {args.tasks_dir}: rebuilding", file=sys.stderr)
     _ensure_tasks(args.tasks_dir)
     print(f"evaluating the bundled rollouts in the sandbox (cached in {path}) ...", file=sys.stderr)
-    cache = build_verdicts(args.tasks_dir, max_workers=args.max_workers, timeout=args.timeout, progress=True)
+    # The sandbox keeps its results and logs in --sandbox-run-dir, so an interrupted build resumes there.
+    # One run folder per version of the task files: a resumed run must never mix verdicts of two versions.
+    version = file_digest(args.tasks_dir / "instances.jsonl") + file_digest(args.tasks_dir / "predictions.jsonl")
+    cache = build_verdicts(args.tasks_dir, run_dir=args.sandbox_run_dir / version, redo=args.redo_verdicts,
+                           max_workers=args.max_workers, timeout=args.timeout, progress=True)
     write_json_atomic(path, cache)
     return cache
 
@@ -129,7 +153,7 @@ def _bloat(args: argparse.Namespace) -> int:
     for method, data in result["methods"].items():
         f = data["final"]
         print(f"  {method:<11} pass {f['pass_rate']['mean']:.3f}  minimal share "
-              f"{_fmt(f['minimal_share']['mean'])}  diff lines {_fmt(f['diff_lines']['mean'])}  "
+              f"{_fmt(f['minimal_share']['mean'])}  tier-1 share {_fmt(f['top_tier_share']['mean'])}  diff lines {_fmt(f['diff_lines']['mean'])}  "
               f"entropy {f['entropy']['mean']:.3f}")
     return 0
 

@@ -15,10 +15,16 @@ import numpy as np  # noqa: E402
 
 _BLOAT_PANELS = (
     ("pass_rate", "pass rate (policy)"),
-    ("minimal_share", "minimal share of passing"),
+    ("minimal_share", "minimal share of passing (dashed: grader tier 1)"),
     ("diff_lines", "diff lines of passing (mean)"),
     ("entropy", "policy entropy (nats)"),
+    ("pos_adv", "positive advantage per group"),
+    ("mixed_groups", "share of mixed-outcome groups"),
 )
+
+
+_SAMPLED = {"pos_adv", "mixed_groups"}
+_SMOOTH = 10
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -35,16 +41,24 @@ def _save(fig: Any, path: Path) -> None:
 
 
 def plot_bloat(result: dict[str, Any], path: Path) -> None:
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
     for ax, (key, title) in zip(axes.flat, _BLOAT_PANELS, strict=True):
         for method, data in result["methods"].items():
             band = data["curves"][key]
             mean = np.asarray([np.nan if v is None else v for v in band["mean"]], dtype=float)
             std = np.asarray([np.nan if v is None else v for v in band["std"]], dtype=float)
             x = np.arange(len(mean))
-            ax.plot(x, mean, label=method, lw=1.6)
+            if key in _SAMPLED:
+                # Per-step sample statistics are noisy: draw a moving average, without the band.
+                w = max(1, min(_SMOOTH, len(mean)))
+                ax.plot(x[w - 1:], np.convolve(mean, np.ones(w) / w, mode="valid"), label=method, lw=1.4)
+                continue
+            line = ax.plot(x, mean, label=method, lw=1.4)[0]
             ax.fill_between(x, mean - std, mean + std, alpha=0.18)
-        ax.set_title(title)
+            if key == "minimal_share" and "top_tier_share" in data["curves"]:
+                top = np.asarray([np.nan if v is None else v for v in data["curves"]["top_tier_share"]["mean"]])
+                ax.plot(x, top, ls="--", lw=1.0, color=line.get_color())
+        ax.set_title(title + (f" ({_SMOOTH}-step avg)" if key in _SAMPLED else ""))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="lower right", fontsize=9)
@@ -80,7 +94,8 @@ def plot_skew(result: dict[str, Any], path: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].legend(fontsize=9)
     cfg = result["config"]
-    fig.suptitle(f"skew: {cfg.get('reward', 'partial')} rewards, groups of n={cfg['n']}, "
+    kind = {"partial": "partial-credit rewards", "exact": "rewards = latent quality"}.get(cfg.get("reward"), "")
+    fig.suptitle(f"skew: {kind}, groups of n={cfg['n']}, "
                  f"{cfg['configs']}×{cfg['replicates']} groups per seed, {cfg['seeds']} seeds", fontsize=11)
     fig.tight_layout()
     _save(fig, path)

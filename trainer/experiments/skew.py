@@ -114,7 +114,7 @@ def generate(rng: np.random.Generator, cfg: SkewConfig) -> dict[str, np.ndarray]
             qs[:, :, 0] = extreme[:, None]
             two = rng.random(idx.size) < 0.3
             qs[two, :, 1] = extreme[two, None]
-            k = 1.0 + 0.3  # expected number of extreme members per group
+            k = 1.0 + two  # extreme members in each of this distribution's groups
             pop_mean_s = (big.mean(1) * (n - k) + extreme * k) / n
         else:
             pop_mean_s = big.mean(1)

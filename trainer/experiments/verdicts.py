@@ -83,7 +83,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
@@ -137,11 +137,12 @@ def grade_subsets(group_row: dict[str, Any], passing: list[dict[str, Any]], repo
 
 
 def build_verdicts(tasks_dir: Path, *, run_dir: Path | None = None, max_workers: int = 1,
-                   timeout: float = 600.0, progress: bool = False,
+                   timeout: float = 600.0, progress: bool = False, redo: bool = False,
                    instance_ids: list[str] | None = None) -> dict[str, Any]:
     """Evaluate every bundled rollout in the sandbox and grade its passing subsets; returns the cache dict.
 
-    `instance_ids` restricts the run to those tasks (tests use one task to stay fast).
+    `run_dir` keeps the sandbox's results and logs (and lets an interrupted build resume); `redo` re-runs
+    finished predictions there. `instance_ids` restricts the run to those tasks (tests use one to stay fast).
     """
     from sandbox.config import SandboxConfig
     from sandbox.records import Instance, Prediction
@@ -167,7 +168,7 @@ def build_verdicts(tasks_dir: Path, *, run_dir: Path | None = None, max_workers:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gagar-verdicts-") as tmp:
         results = evaluate_predictions(instances, preds, config, run_dir=run_dir or Path(tmp) / "run",
-                                       progress=progress)
+                                       redo=redo, progress=progress)
     sandbox_s = time.monotonic() - t0
     by_key = {(r.instance_id, str(r.rollout_id)): r for r in results}
     broken = [r for r in results if r.status == "infra_error"]
@@ -207,8 +208,8 @@ def build_verdicts(tasks_dir: Path, *, run_dir: Path | None = None, max_workers:
         "format": FORMAT,
         "source": {
             "tasks_dir": str(tasks_dir),
-            "instances_sha": _file_digest(tasks_dir / "instances.jsonl"),
-            "predictions_sha": _file_digest(tasks_dir / "predictions.jsonl"),
+            "instances_sha": file_digest(tasks_dir / "instances.jsonl"),
+            "predictions_sha": file_digest(tasks_dir / "predictions.jsonl"),
             "sandbox": "sandbox.run.evaluate_predictions",
             "grader": "grader.grade.grade_groups(judge='heuristic')",
             "sandbox_seconds": round(sandbox_s, 1),

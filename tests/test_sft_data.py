@@ -1,0 +1,184 @@
+"""gagar sft data: records are the judge's own conversation, split by instance, with only assistant turns trained."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.prompt import Answer, ToolCall, parse_assistant, validate_answer
+from sft.cli import main as sft_main
+from sft.tiny import build_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tasks")
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(tasks, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sftdata")
+    rc = sft_main(
+        [
+            "data",
+            "--instances",
+            str(tasks / "instances.jsonl"),
+            "--repos-dir",
+            str(tasks / "repos"),
+            "--out",
+            str(out),
+            "--variants",
+            "2",
+            "--groups-per-instance",
+            "2",
+            "--max-instances",
+            "4",
+        ]
+    )
+    assert rc == 0
+    return out
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_records_are_judge_conversations_split_by_instance(data):
+    train, val = _rows(data / "train.jsonl"), _rows(data / "val.jsonl")
+    assert train and val
+    src_train = {r["source_instance_id"] for r in train}
+    src_val = {r["source_instance_id"] for r in val}
+    assert not src_train & src_val, "an instance is in both splits"
+    for rec in train + val:
+        msgs = rec["messages"]
+        assert [m["role"] for m in msgs[:2]] == ["system", "user"]
+        assert msgs[-1]["role"] == "assistant"
+        labels = sorted(rec["label_to_rollout"])
+        for m in msgs[2:-1]:
+            if m["role"] == "assistant":
+                assert isinstance(parse_assistant(m["content"]), ToolCall)
+            else:
+                assert m["role"] == "tool" and not m["content"].startswith("error:")
+        answer = parse_assistant(msgs[-1]["content"])
+        assert isinstance(answer, Answer) and validate_answer(answer, labels) == []
+        # The answer ranks the known order, and the gold patch comes first.
+        ranked = [rec["label_to_rollout"][lab] for lab in answer.ranking]
+        assert ranked == rec["order"] and ranked[0] == "gold"
+        for rid, kinds in rec["defects"].items():
+            assert rec["tiers"][rid] == min(3, 1 + len(kinds))
+    labels = _rows(data / "val_labels.jsonl")
+    groups = _rows(data / "val_groups.jsonl")
+    assert (
+        {g["instance_id"] for g in groups}
+        == {lab["instance_id"] for lab in labels}
+        == {r["instance_id"] for r in val}
+    )
+    manifest = json.loads((data / "manifest.json").read_text())
+    assert manifest["records"] == {"train": len(train), "val": len(val)}
+
+
+def test_record_round_trips_through_chat_template(data, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny"))
+    rec = _rows(data / "train.jsonl")[0]
+    out = tok.apply_chat_template(rec["messages"], return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    trained = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    want = "".join(m["content"] + "<|im_end|>" for m in rec["messages"] if m["role"] == "assistant")
+    assert trained == want
+    context = tok.decode([i for i, m in zip(ids, mask, strict=True) if not m])
+    for m in rec["messages"]:
+        if m["role"] != "assistant":
+            assert m["content"] in context
+
+
+def test_from_results_labels_real_rollouts(tasks, tmp_path):
+    # Stand-in for a `gagar eval` run (which needs Docker): results derived from the tasks' expected verdicts.
+    results = tmp_path / "results.jsonl"
+    rows = [
+        {
+            "instance_id": e["instance_id"],
+            "rollout_id": e["rollout_id"],
+            "status": e["status"],
+            "resolved": e["resolved"],
+            "tampered_tests": e.get("tampered_tests", False),
+        }
+        for e in _rows(tasks / "expected.jsonl")
+    ]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "real"
+    rc = sft_main(
+        [
+            "data",
+            "--instances",
+            str(tasks / "instances.jsonl"),
+            "--repos-dir",
+            str(tasks / "repos"),
+            "--out",
+            str(out),
+            "--from-results",
+            str(results),
+            "--predictions",
+            str(tasks / "predictions.jsonl"),
+            "--max-instances",
+            "3",
+        ]
+    )
+    assert rc == 0
+    recs = _rows(out / "train.jsonl") + _rows(out / "val.jsonl")
+    assert len(recs) == 3
+    passing = {(r["instance_id"], str(r["rollout_id"])) for r in rows if r["resolved"]}
+    for rec in recs:
+        assert {(rec["instance_id"], rid) for rid in rec["order"]} <= passing
+        assert isinstance(parse_assistant(rec["messages"][-1]["content"]), Answer)
+
+
+def test_bad_input_exits_2(tmp_path, capsys):
+    assert (
+        sft_main(
+            [
+                "data",
+                "--instances",
+                str(tmp_path / "none.jsonl"),
+                "--repos-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
+    assert "none.jsonl" in capsys.readouterr().err
+    assert (
+        sft_main(["data", "--instances", "x", "--repos-dir", str(tmp_path), "--out", "o", "--kinds", "nope"])
+        == 2
+    )
+
+
+@pytest.mark.docker
+def test_verify_keeps_only_variants_that_pass_in_the_sandbox(tasks, tmp_path):
+    out = tmp_path / "verified"
+    rc = sft_main(
+        ["data", "--instances", str(tasks / "instances.jsonl"), "--repos-dir", str(tasks / "repos"),
+         "--out", str(out), "--max-instances", "1", "--groups-per-instance", "1", "--verify", "--timeout", "120"]
+    )
+    assert rc == 0
+    results = _rows(out / "verify" / "results.jsonl")
+    assert results and all(r["status"] in {"resolved", "unresolved"} for r in results)
+    passed = {r["rollout_id"].split(":", 1)[1] for r in results if r["resolved"]}
+    recs = _rows(out / "train.jsonl") + _rows(out / "val.jsonl")
+    assert recs and all(set(r["order"]) <= passed for r in recs)
+    assert json.loads((out / "manifest.json").read_text())["verified"] is True

@@ -1,0 +1,160 @@
+"""The SWE agent scaffold, end to end in real sandbox containers.
+
+The policy here is a SCRIPTED TEST STAND-IN for the model: it replays fixed tool calls (one script repairs the
+bundled task by replaying its reference fix through the `edit` tool, the other edits the tests instead). All
+else is real: the tiny model's tokenizer and chat template, the tool-call parser, the tools running in a
+`sandbox.container.Container`, the final `git diff` of the container's tree, and the sandbox's verdict on it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import unidiff
+
+from sandbox.config import SandboxConfig
+from sandbox.records import Instance, Prediction
+from trainer.agent import run_agent_episodes
+from trainer.agent.format import FormatError, extract_diff, format_tool_call, parse_tool_call
+from trainer.agent.tokens import Conversation
+from trainer.rollout.base import Sample
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = "acme__durations-42"  # a bundled Python task
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tasks")
+    subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(out)], check=True,
+                   capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from sft.tiny import build_tiny_model
+    from trainer.policy import load_tokenizer
+
+    return load_tokenizer(str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "m")))
+
+
+def _instance(tasks: Path) -> Instance:
+    for line in (tasks / "instances.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        if d["instance_id"] == TASK:
+            return Instance.from_dict(d)
+    raise AssertionError(f"{TASK} is not among the bundled tasks")
+
+
+def _edits(patch: str) -> list[tuple[str, str, str]]:
+    """A patch as exact-replacement edits: each hunk's old lines -> new lines."""
+    out = []
+    for pf in unidiff.PatchSet(patch):
+        for h in pf:
+            old = "".join(ln.value for ln in h if not ln.is_added)
+            new = "".join(ln.value for ln in h if not ln.is_removed)
+            out.append((pf.path, old, new))
+    return out
+
+
+class ScriptedPolicy:
+    """Test stand-in for the policy model: returns the next scripted assistant message on every call."""
+
+    def __init__(self, tokenizer, messages: list[str]) -> None:
+        self.tok, self.queue, self.prompts = tokenizer, list(messages), []
+
+    def generate(self, prompts, *, max_new_tokens, temperature, top_p=1.0, stop=None):
+        self.prompts.append(prompts[0])
+        text = self.queue.pop(0)
+        return [Sample(self.tok(text, add_special_tokens=False)["input_ids"], text, "stop")]
+
+    def sync_weights(self, model, step):
+        pass
+
+
+def _episode(tasks, tokenizer, script):
+    inst = _instance(tasks)
+    policy = ScriptedPolicy(tokenizer, script)
+    cfg = SandboxConfig(repos_dir=tasks / "repos", memory="1g", timeout=120, run_id="test-trainer-agent")
+    [traj] = run_agent_episodes([(inst, "0")], policy, tokenizer, repos_dir=tasks / "repos", sandbox=cfg,
+                                max_turns=len(script), max_new_tokens=512, tool_timeout=60)
+    from sandbox.run import evaluate_predictions
+
+    [res] = evaluate_predictions({inst.instance_id: inst}, [Prediction(inst.instance_id, traj.patch, "scripted", "0")],
+                                 cfg)
+    return inst, policy, traj, res
+
+
+def _check_masks(tokenizer, traj, script):
+    # Exactly the scripted (policy) tokens are marked trainable, in order; everything else is environment.
+    policy_ids = [t for t, m in zip(traj.token_ids, traj.mask, strict=True) if m]
+    assert tokenizer.decode(policy_ids) == "".join(script)
+    assert traj.mask[: traj.prompt_len] == [0] * traj.prompt_len
+    assert 0 < sum(traj.mask) < len(traj.mask)
+
+
+@pytest.mark.docker
+def test_scripted_fix_resolves_the_task(tasks, tokenizer):
+    inst = _instance(tasks)
+    path = _edits(inst.patch)[0][0]
+    script = [format_tool_call("view", {"path": path, "start": 1, "end": 20})]
+    script += [format_tool_call("edit", {"path": p, "old": o, "new": n}) for p, o, n in _edits(inst.patch)]
+    script += [format_tool_call("run", {}), format_tool_call("submit", {})]
+    inst, policy, traj, res = _episode(tasks, tokenizer, script)
+    assert traj.finish == "submitted" and traj.turns == len(script)
+    assert any("edit" in e and "edited" in e for e in traj.events)
+    assert "+++ b/" + path in traj.patch
+    assert res.status == "resolved", (res.status, res.error, traj.patch)
+    _check_masks(tokenizer, traj, script)
+    # The tool results reached the policy: the file view shows line numbers of the real file.
+    second_prompt = tokenizer.decode(policy.prompts[1])
+    assert "    1 " in second_prompt and "tool" in second_prompt
+
+
+@pytest.mark.docker
+def test_scripted_test_tampering_is_unresolved(tasks, tokenizer):
+    inst = _instance(tasks)
+    test_file = unidiff.PatchSet(inst.test_patch)[0].path
+    base = (tasks / "repos" / inst.repo_dirname / test_file).read_text()
+    first_test = base[base.index("def test_"):].split("\n", 1)[0]
+    script = [
+        format_tool_call("search", {"pattern": "def test_", "path": "tests"}),
+        format_tool_call("edit", {"path": test_file, "old": first_test, "new": first_test.replace("def test_", "def _skip_")}),
+        "I think this is done.",  # no tool call: a format error the agent is told about
+        format_tool_call("submit", {}),
+    ]
+    _, policy, traj, res = _episode(tasks, tokenizer, script)
+    assert traj.finish == "submitted"
+    assert test_file in traj.patch
+    assert res.status == "unresolved" and res.tampered_tests and not res.resolved
+    assert "no tool call found" in tokenizer.decode(policy.prompts[3])
+    _check_masks(tokenizer, traj, script)
+
+
+def test_tool_call_parsing_and_diff_extraction():
+    call = parse_tool_call("thinking...\n" + format_tool_call("edit", {"path": "a.py", "old": "x", "new": "y"}))
+    assert call.name == "edit" and call.arguments == {"path": "a.py", "old": "x", "new": "y"}
+    assert isinstance(parse_tool_call("<tool_call>{not json</tool_call>"), FormatError)
+    assert isinstance(parse_tool_call("no call"), FormatError)
+    assert parse_tool_call('<tool_call>{"name": "run", "arguments": "{\\"command\\": \\"ls\\"}"}</tool_call>').arguments == {"command": "ls"}
+    diff = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+    assert extract_diff("Here:\n```diff\n" + diff + "```\nbye") == diff
+    assert extract_diff("prose\n" + diff) == diff
+    assert extract_diff("no diff at all") == ""
+
+
+def test_conversation_masks_only_policy_tokens(tokenizer):
+    conv = Conversation(tokenizer, [{"role": "system", "content": "s"}, {"role": "user", "content": "fix it"}])
+    text = format_tool_call("view", {"path": "a.py"})
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    conv.add_policy(ids, text)
+    conv.add_env({"role": "tool", "name": "view", "content": "    1 x = 1"})
+    # The running token sequence renders to exactly what the chat template gives for the same conversation.
+    assert tokenizer.decode(conv.ids) == tokenizer.apply_chat_template(conv.messages, tokenize=False,
+                                                                       add_generation_prompt=True)
+    assert [t for t, m in zip(conv.ids, conv.mask, strict=True) if m] == ids
