@@ -14,7 +14,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -62,16 +61,23 @@ def loop_grpo(scores: torch.Tensor, index: list, eps=1e-6) -> torch.Tensor:
     return out
 
 
-def timeit(fn, reps: int, sync=lambda: None) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def best_of(fns: dict, reps: int, sync=lambda: None) -> dict:
+    """Best time of each callable over ``reps`` interleaved rounds (seconds).
+
+    Interleaving and taking the minimum keep the ratios fair on a shared, noisy CPU: every contender sees the
+    same load, and the minimum is the run least disturbed by other processes.
+    """
+    for fn in fns.values():  # warm-up
         fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    sync()
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def run(device: str, sizes, loop_max_groups: int, reps: int) -> list[dict]:
@@ -83,19 +89,21 @@ def run(device: str, sizes, loop_max_groups: int, reps: int) -> list[dict]:
         r = r.to(device)
         flat = r.reshape(-1)
         index = torch.arange(b, device=device).repeat_interleave(n)
-        sort_s = timeit(lambda r=r: torch.sort(r, dim=1), reps, sync)
+        fns = {"sort": lambda r=r: torch.sort(r, dim=1)}
+        for est in ("gapo", "grpo"):
+            fns[est] = lambda r=r, est=est: compute_advantages(r, estimator=est)
+            fns[est + "_flat"] = lambda est=est, f=flat, i=index: compute_advantages(f, estimator=est, index=i)
+        t = best_of(fns, reps, sync)
         for est, loop in (("gapo", loop_gapo), ("grpo", loop_grpo)):
-            dense_s = timeit(lambda r=r, est=est: compute_advantages(r, estimator=est), reps, sync)
-            flat_s = timeit(lambda est=est, f=flat, i=index: compute_advantages(f, estimator=est, index=i), reps, sync)
             row = {"device": device, "estimator": est, "B": b, "n": n, "rollouts": b * n,
-                   "batched_dense_ms": dense_s * 1e3, "batched_flat_index_ms": flat_s * 1e3,
-                   "torch_sort_ms": sort_s * 1e3, "dense_vs_sort": dense_s / sort_s}
+                   "batched_dense_ms": t[est] * 1e3, "batched_flat_index_ms": t[est + "_flat"] * 1e3,
+                   "torch_sort_ms": t["sort"] * 1e3, "dense_vs_sort": t[est] / t["sort"]}
             if b <= loop_max_groups:
                 fc, ic = flat.cpu(), index.cpu().tolist()
-                loop_s = timeit(lambda fc=fc, ic=ic, loop=loop: loop(fc, ic), 1 if b > 4096 else 2)
+                loop_s = best_of({"loop": lambda fc=fc, ic=ic, loop=loop: loop(fc, ic)}, 1 if b > 4096 else 3)["loop"]
                 got = compute_advantages(flat, estimator=est, index=index).cpu()
                 assert torch.allclose(got, loop(fc, ic), atol=1e-4), f"{est} disagrees with the loop"
-                row.update(loop_ms=loop_s * 1e3, speedup_vs_loop=loop_s / dense_s)
+                row.update(loop_ms=loop_s * 1e3, speedup_vs_loop=loop_s / t[est])
             rows.append(row)
             print(_fmt(row), flush=True)
     return rows
@@ -113,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "advantage.json")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, loop only up to 4096 groups")
     args = ap.parse_args(argv)
-    reps = 5 if args.quick else 20
+    reps = 20 if args.quick else 200
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
     rows = run("cpu", SIZES, 4096 if args.quick else 65536, reps)
     if torch.cuda.is_available():
-        rows += run("cuda", GPU_SIZES, 0, 50)
+        rows += run("cuda", GPU_SIZES, 0, 200)
     cpu_4096 = [r for r in rows if r["device"] == "cpu" and r["B"] == 4096]
     result = {
         "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),

@@ -86,7 +86,7 @@ def git(repo: Path, *args: str, input_text: str | None = None) -> str:
 
 
 def load_task(task_dir: Path) -> dict[str, Any]:
-    spec = yaml.safe_load((task_dir / "task.yaml").read_text())
+    spec = yaml.safe_load((task_dir / "task.yaml").read_text(encoding="utf-8"))
     for key in ("instance_id", "repo", "language", "problem_statement", "FAIL_TO_PASS", "PASS_TO_PASS",
                 "test_edits", "rollouts"):
         if key not in spec:
@@ -116,15 +116,15 @@ def apply_edits(root: Path, edits: list[dict[str, Any]], where: str) -> None:
         path = root / edit["path"]
         if "content" in edit:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(edit["content"])
+            path.write_text(edit["content"], encoding="utf-8")
         elif edit.get("delete"):
             path.unlink()
         else:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
             count = text.count(edit["old"])
             if count != 1:
                 raise TaskError(f"{where}: `old` text occurs {count} times in {edit['path']} (needs exactly 1)")
-            path.write_text(text.replace(edit["old"], edit["new"]))
+            path.write_text(text.replace(edit["old"], edit["new"]), encoding="utf-8")
 
 
 def rollout_edits(spec: dict[str, Any], rollout: dict[str, Any]) -> list[dict[str, Any]]:
@@ -140,7 +140,7 @@ def rollout_edits(spec: dict[str, Any], rollout: dict[str, Any]) -> list[dict[st
 
 def diff_of(repo: Path, base: str, edits: list[dict[str, Any]], where: str, before: list | None = None) -> str:
     """The diff that `edits` make to the base. With `before`, the diff is taken against the base altered by
-    `before` (that is how a stale patch is made: its context lines are not in the real file)."""
+    `before` (that is how a stale patch is made: the lines it removes are not in the real file)."""
     try:
         start = base
         if before:
@@ -159,22 +159,22 @@ def diff_of(repo: Path, base: str, edits: list[dict[str, Any]], where: str, befo
 def escape_paths(patch: str, mapping: dict[str, str]) -> str:
     """Rename paths inside a git-made diff (for the `escape` rollout: a path outside the repo)."""
     for old, new in mapping.items():
-        patch = (patch.replace(f"a/{old}", f"a/{new}").replace(f"b/{old}", f"b/{new}"))
+        patch = patch.replace(f"a/{old}", f"a/{new}").replace(f"b/{old}", f"b/{new}")
     return patch
 
 
-def build_repo(spec: dict[str, Any], scratch: Path) -> str:
-    git_dir = scratch
-    git_dir.mkdir(parents=True)
-    git(git_dir, "init", "-q", "-b", "main")
-    write_base(spec, git_dir)
-    git(git_dir, "add", "-A")
-    git(git_dir, "commit", "-q", "-m", spec.get("commit_message", "Initial import"))
-    return git(git_dir, "rev-parse", "HEAD").strip()
+def build_repo(spec: dict[str, Any], dest: Path) -> str:
+    """A new repo at `dest` holding the base files in one commit; returns the commit hash."""
+    dest.mkdir(parents=True)
+    git(dest, "init", "-q", "-b", "main")
+    write_base(spec, dest)
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", spec.get("commit_message", "Initial import"))
+    return git(dest, "rev-parse", "HEAD").strip()
 
 
 def build_task(spec: dict[str, Any], scratch: Path) -> tuple[dict, list[dict], list[dict], str]:
-    """Return (instance, rollouts with patches, expected rows, base_commit); leaves the repo in `scratch`."""
+    """Return (instance, rollouts with patches, expected rows, base_commit), computing diffs in `scratch`."""
     base = build_repo(spec, scratch)
     slug = spec["slug"]
     test_patch = diff_of(scratch, base, spec["test_edits"], f"{slug} test_edits")
@@ -236,9 +236,13 @@ def has_commit(repo: Path, commit: str) -> bool:
     try:
         head = git(repo, "rev-parse", "HEAD").strip()
         dirty = git(repo, "status", "--porcelain")
+        stats = dict(line.split(": ") for line in git(repo, "count-objects", "-v").splitlines())
+        reachable = git(repo, "rev-list", "--objects", "--all").count("\n")
     except RuntimeError:
         return False
-    return head == commit and not dirty
+    # Extra (unreachable) objects could hold rollout blobs, the gold fix among them: rebuild such a repo.
+    stored = int(stats.get("count", 0)) + int(stats.get("in-pack", 0))
+    return head == commit and not dirty and stored == reachable
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -262,14 +266,18 @@ def build_tasks(out_dir: str | os.PathLike[str], only: list[str] | None = None) 
             if only and task_dir.name not in only:
                 continue
             spec = load_task(task_dir)
-            scratch = Path(tmp) / task_dir.name
-            instance, rollouts, exp, base = build_task(spec, scratch)
+            instance, rollouts, exp, base = build_task(spec, Path(tmp) / task_dir.name / "scratch")
             dest = repos / spec["repo"].replace("/", "__")
             if not has_commit(dest, base):
-                # Swap in the fresh clone; a stale or dirty one is replaced whole.
+                # The scratch repo holds the blobs of every rollout (gold included, which an agent could dig
+                # out of .git, and stale preimages that would let `git apply --3way` succeed): ship a
+                # fresh repo with the base commit only. A dirty or moved clone is replaced whole.
+                fresh = Path(tmp) / task_dir.name / "repo"
+                if build_repo(spec, fresh) != base:
+                    raise RuntimeError(f"{task_dir.name}: base commit is not reproducible")
                 if dest.exists():
                     shutil.rmtree(dest)
-                os.replace(scratch, dest)
+                os.replace(fresh, dest)
             instances.append(instance)
             iid = instance["instance_id"]
             predictions += [

@@ -33,6 +33,34 @@ class Edit:
     description: str
 
 
+# Renames a reviewer would call gratuitous: same meaning, different word.
+SYNONYMS = {
+    "value": "val",
+    "result": "res",
+    "data": "payload",
+    "items": "entries",
+    "text": "content",
+    "total": "acc",
+    "count": "num",
+    "key": "k",
+    "name": "label",
+    "line": "row",
+    "parts": "pieces",
+    "out": "output",
+    "res": "outcome",
+    "values": "vals",
+    "index": "idx",
+    "length": "size",
+    "cents": "amount_cents",
+}
+
+
+def rename_options(var: str, camel: bool) -> list[str]:
+    alt = SYNONYMS.get(var)
+    tail = [f"{var}Value", f"tmp{var[:1].upper()}{var[1:]}"] if camel else [f"{var}_value", f"tmp_{var}"]
+    return ([alt] if alt else []) + tail
+
+
 def indent_of(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 

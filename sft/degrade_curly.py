@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import re
 
-from sft.degrade_common import Edit, FileCtx, code_mask, indent_of, pick_new_name, split_top_level
+from sft.degrade_common import (
+    Edit,
+    FileCtx,
+    code_mask,
+    indent_of,
+    pick_new_name,
+    rename_options,
+    split_top_level,
+)
 
 _JAVA_MODIFIERS = {
     "public",
@@ -324,7 +332,7 @@ def rename_outside_fix(ctx: FileCtx, language: str) -> Edit | None:
                 or re.search(rf"\b{var}\b", src.code_line(head))
             ):
                 continue
-            new = pick_new_name(src.text, [f"{var}Value", f"tmp{var[0].upper()}{var[1:]}", f"{var}2"])
+            new = pick_new_name(src.text, rename_options(var, camel=True))
             lo, hi = src.offsets[head + 1], src.offsets[end]
             rx = re.compile(rf"(?<![\w.]){re.escape(var)}\b(?!\s*\()(?!\s*:(?!=))")
             hits = [m.start() for m in rx.finditer(src.text, lo, hi) if src.mask[m.start()]]

@@ -13,7 +13,7 @@ import keyword
 import re
 import tokenize
 
-from sft.degrade_common import Edit, FileCtx, indent_of, pick_new_name, split_top_level
+from sft.degrade_common import Edit, FileCtx, indent_of, pick_new_name, rename_options, split_top_level
 
 _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.Raise, ast.Assert, ast.Delete)
 
@@ -212,7 +212,7 @@ def rename_outside_fix(ctx: FileCtx) -> Edit | None:
                 continue  # an f-string reference would be missed by a token rename
             if "locals()" in "".join(lines[lo - 1 : hi]):
                 continue
-            new = pick_new_name(src, [f"{var}_value", f"tmp_{var}", f"{var}2"])
+            new = pick_new_name(src, rename_options(var, camel=False))
             if keyword.iskeyword(new):
                 continue
             out = list(lines)

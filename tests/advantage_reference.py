@@ -60,7 +60,7 @@ def grouped_ref(rewards: list[float], index: list, fn) -> list[float]:
     out = [0.0] * len(rewards)
     for members in groups.values():
         adv = fn([rewards[i] for i in members])
-        for i, a in zip(members, adv):
+        for i, a in zip(members, adv, strict=True):
             out[i] = a
     return out
 

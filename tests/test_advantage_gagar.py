@@ -22,7 +22,7 @@ from trainer.advantage import (
 )
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-EXAMPLES = 300 if os.environ.get("GAGAR_FULL") else 40
+EXAMPLES = 1000 if os.environ.get("GAGAR_FULL") else 100
 HSET = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # One group: which rollouts pass, a partial-credit reward, and a grader weight per rollout (NaN sometimes).

@@ -67,7 +67,7 @@ def test_gagar_with_weights_hacks_and_fallback():
     expect = gagar_advantages(scores, scores > 0.5, torch.tensor(weights, dtype=torch.float32), index=list(uids),
                               hacked=torch.tensor(hacked), cap=2.0)
     assert torch.allclose(adv, expect[:, None] * mask)
-    assert adv[4].abs().sum() == 0 or adv[4].max() <= 0  # the hack is a failure now
+    assert (adv[4] == 0).all() and adv[0].max() > 0  # the hack is a failure now (GAPO: Q = 0)
     # no grader weights: GAGAR falls back to GAPO
     plain, _ = fn(token_level_rewards=token_rewards, response_mask=mask, index=uids, config=None)
     assert torch.allclose(plain, compute_advantages(scores, index=list(uids))[:, None] * mask)

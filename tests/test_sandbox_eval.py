@@ -192,7 +192,7 @@ def test_sigterm_removes_containers_and_keeps_resume_state(task: CalcTask, tmp_p
 @pytest.mark.docker
 @pytest.mark.slow
 def test_bundled_tasks_give_expected_statuses(tmp_path: Path) -> None:
-    """One rollout per (language, expected status) in CI; every rollout with GAGAR_FULL=1."""
+    """A covering subset in CI (every expected status, every language); every rollout with GAGAR_FULL=1."""
     require_docker()
     tasks = tmp_path / "tasks"
     subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(tasks)], check=True,
@@ -202,13 +202,15 @@ def test_bundled_tasks_give_expected_statuses(tmp_path: Path) -> None:
             for ln in (tasks / "instances.jsonl").read_text().splitlines() if ln.strip()}
     preds = [json.loads(ln) for ln in (tasks / "predictions.jsonl").read_text().splitlines() if ln.strip()]
     if not os.environ.get("GAGAR_FULL"):
-        seen, keep = set(), set()
-        for e in expected:
-            k = (lang[e["instance_id"]], e["status"], e["tampered_tests"])
-            if k not in seen:
-                seen.add(k)
-                keep.add((e["instance_id"], str(e["rollout_id"])))
-        preds = [p for p in preds if (p["instance_id"], str(p["rollout_id"])) in keep]
+        # CI: one rollout per (status, tampered) — Python first, the cheapest to run — plus one resolved
+        # rollout per other language, so every image and parser is exercised.
+        keep: dict[tuple, tuple[str, str]] = {}
+        for e in sorted(expected, key=lambda e: lang[e["instance_id"]] != "python"):
+            key = (e["instance_id"], str(e["rollout_id"]))
+            keep.setdefault(("status", e["status"], e["tampered_tests"]), key)
+            if e["status"] == "resolved":
+                keep.setdefault(("language", lang[e["instance_id"]]), key)
+        preds = [p for p in preds if (p["instance_id"], str(p["rollout_id"])) in set(keep.values())]
     pp = tmp_path / "preds.jsonl"
     pp.write_text("".join(json.dumps(p) + "\n" for p in preds))
     rc = eval_main(["--instances", str(tasks / "instances.jsonl"), "--predictions", str(pp), "--repos-dir",
@@ -235,3 +237,27 @@ ESCAPE = "diff --git a/../evil.py b/../evil.py\nnew file mode 100644\n--- /dev/n
 
 def task_calc_wrong() -> str:
     return "def add(a, b):\n    return a - b\n\n\ndef neg(a):\n    return -a\n"
+
+
+@pytest.mark.docker
+def test_gc_removes_leftovers_by_label(capsys: pytest.CaptureFixture) -> None:
+    require_docker()
+    import docker
+
+    from sandbox.cli import sandbox_main
+
+    c = docker.from_env()
+    mine = c.containers.run("gagar-python:latest", ["sleep", "60"], detach=True, network_mode="none",
+                            labels={"gagar.sandbox": "1", "gagar.run": "gc-test"})
+    other = c.containers.run("gagar-python:latest", ["sleep", "60"], detach=True, network_mode="none",
+                             labels={"gagar.sandbox": "1", "gagar.run": "gc-test-other"})
+    try:
+        assert sandbox_main(["gc", "--run-id", "gc-test"]) == 0
+        assert "removed 1 container" in capsys.readouterr().out
+        assert leftover_containers("gc-test") == [] and leftover_containers("gc-test-other") == [other.name]
+    finally:
+        for ctr in (mine, other):
+            try:
+                ctr.remove(force=True)
+            except docker.errors.NotFound:
+                pass

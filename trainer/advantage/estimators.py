@@ -93,24 +93,21 @@ def window_size(n: Tensor | int, coverage: float) -> Tensor | int:
     return torch.ceil(coverage * n.double()).long().clamp(min=1).minimum(n)
 
 
-def gapo_center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> Tensor:
-    """Centre Q of the narrowest window of k = ceil(coverage·n) sorted rewards; ties -> the lowest window.
-
-    s: (G, m) rewards sorted ascending, padding (if any) +inf at the end. Returns Q: (G, 1).
-    """
-    g, m = s.shape
+def _center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> tuple[Tensor, float]:
+    """(t, c) with Q = c·t: c = 0.5 when t is the sum of an even window's two middle values, else 1, so the
+    halving fuses into the caller's ``x − c·t`` (one kernel fewer: small batches are launch-bound on CPU)."""
+    m = s.shape[1]
     if sizes is None:
         k = window_size(m, coverage)
         widths = s[:, k - 1 :] - s[:, : m - k + 1]  # (G, m − k + 1), one per window start
         # min(dim) returns the first minimum (the lowest window) and is cheaper than argmin on CPU
         start = widths.min(1, keepdim=True)[1]
         if center == "mean":
-            return s.unfold(1, k, 1).mean(-1).gather(1, start)
+            return s.unfold(1, k, 1).mean(-1).gather(1, start), 1.0
         if k % 2:
-            return s.gather(1, start + k // 2)
-        # medians of every window at once (sum of the two middle values), then pick the chosen window's
-        pairs = s[:, k // 2 - 1 : m - k // 2] + s[:, k // 2 : m - k // 2 + 1]
-        return pairs.gather(1, start).mul_(0.5)
+            return s.gather(1, start + k // 2), 1.0
+        # the two-middle sums of every window at once, then the chosen window's
+        return (s[:, k // 2 - 1 : m - k // 2] + s[:, k // 2 : m - k // 2 + 1]).gather(1, start), 0.5
     k = window_size(sizes, coverage)[:, None]  # (G, 1), one k per group
     starts = torch.arange(m, device=s.device)[None, :]  # (1, m)
     ends = starts + k - 1
@@ -121,10 +118,17 @@ def gapo_center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -
     if center == "mean":
         inside = (starts >= start) & (starts < start + k)
         total = torch.where(inside, s, torch.zeros((), dtype=s.dtype, device=s.device)).sum(1, keepdim=True)
-        return total / k.to(s.dtype)
-    lo = s.gather(1, start + (k - 1) // 2)
-    hi = s.gather(1, start + k // 2)
-    return (lo + hi) / 2
+        return total / k.to(s.dtype), 1.0
+    return s.gather(1, start + (k - 1) // 2) + s.gather(1, start + k // 2), 0.5
+
+
+def gapo_center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> Tensor:
+    """Centre Q of the narrowest window of k = ceil(coverage·n) sorted rewards; ties -> the lowest window.
+
+    s: (G, m) rewards sorted ascending, padding (if any) +inf at the end. Returns Q: (G, 1).
+    """
+    t, c = _center(s, sizes, coverage, center)
+    return t * c if c != 1.0 else t
 
 
 @register_estimator("gapo")
@@ -148,14 +152,16 @@ def gapo(
     if center not in ("median", "mean"):
         raise ValueError(f"center must be 'median' or 'mean', got {center!r}")
     if sizes is None:  # fast path: every group full, fewest kernel launches
-        d = x - gapo_center(torch.sort(x, dim=1)[0], None, coverage, center)
+        t, c = _center(torch.sort(x, dim=1)[0], None, coverage, center)
+        d = torch.sub(x, t, alpha=c)
         if not norm:
             return d
         scale = 1.0 / math.sqrt(max(x.shape[1] - 1, 1))
         return d / torch.linalg.vector_norm(d, dim=1, keepdim=True).mul_(scale).add_(eps)
     mask = _mask(x, sizes)
     padded = torch.where(mask, x, torch.full((), math.inf, dtype=x.dtype, device=x.device))
-    d = x - gapo_center(torch.sort(padded, dim=1)[0], sizes, coverage, center)
+    t, c = _center(torch.sort(padded, dim=1)[0], sizes, coverage, center)
+    d = torch.sub(x, t, alpha=c)
     if not norm:
         return d
     return d / (_bessel_std(d, _count(x, sizes), mask) + eps)

@@ -52,7 +52,7 @@ def _gapo_params(config: Any) -> dict:
             "norm": bool(norm)}
 
 
-def _index(index: Any, n: int) -> Any:
+def _index(index: Any) -> Any:
     if index is None:
         raise ValueError("verl passed no 'uid' index: GAPO needs the group of each rollout")
     return np.asarray(index)
@@ -68,7 +68,7 @@ def compute_gapo_advantage(
     """
     scores = token_level_rewards.sum(dim=-1)
     with torch.no_grad():
-        adv = compute_advantages(scores, estimator="gapo", index=_index(index, len(scores)), **_gapo_params(config))
+        adv = compute_advantages(scores, estimator="gapo", index=_index(index), **_gapo_params(config))
     adv = adv.unsqueeze(-1) * response_mask
     return adv, adv
 
@@ -96,7 +96,7 @@ def compute_gagar_advantage(
     weights = column(opts["weight_key"], torch.full((n,), math.nan, device=scores.device), torch.float32)
     hacked = column(opts["hacked_key"], None, torch.bool)
     with torch.no_grad():
-        adv = gagar_advantages(scores, passed, weights, index=_index(index, n), hacked=hacked,
+        adv = gagar_advantages(scores, passed, weights, index=_index(index), hacked=hacked,
                                cap=None if opts["cap"] is None else float(opts["cap"]), **_gapo_params(config))
     adv = adv.unsqueeze(-1) * response_mask
     return adv, adv

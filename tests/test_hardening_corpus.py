@@ -1,0 +1,61 @@
+"""Issue 7, part 1: the adversarial corpus through `gagar eval` (real Docker, real git), with host-side checks
+that nothing escaped. The corpus lives in `hardening/corpus.py`; the checks in `hardening/harness.py`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hardening.corpus import Bait, build_corpus  # noqa: E402
+from hardening.harness import docker_reason, run_corpus  # noqa: E402
+from sandbox.patchcheck import EmptyPatch, PatchRejected, validate_patch  # noqa: E402
+
+
+def _bait(tmp_path: Path) -> Bait:
+    return Bait(host_dir=str(tmp_path), mark="m0", secret="SECRET-xyz", port=1, host_ips=["10.0.0.1"])
+
+
+def test_corpus_is_well_formed(tmp_path: Path) -> None:
+    """Every case the sandbox must refuse is refused by the validator alone, every other one passes it, and
+    the secret never appears in a patch (it may reach an output only by escaping)."""
+    corpus = build_corpus(tmp_path, _bait(tmp_path))
+    cases = corpus["cases"]
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names)) and len(cases) >= 40
+    repo = corpus["fortress"].path
+    for c in cases:
+        assert "SECRET-xyz" not in c.patch
+        if c.status == ("rejected",):
+            with pytest.raises(PatchRejected):
+                validate_patch(c.patch, repo, max_bytes=1 << 20)
+        elif c.status == ("empty_patch",):
+            with pytest.raises(EmptyPatch):
+                validate_patch(c.patch, repo, max_bytes=1 << 20)
+        elif "rejected" not in c.status:
+            validate_patch(c.patch, repo, max_bytes=1 << 20)
+    huge = next(c for c in cases if c.name == "huge_diff_50mb")
+    assert len(huge.patch) >= 50 * 10**6
+    non_utf8 = next(c for c in cases if c.name == "non_utf8")
+    assert b"\xe9" in non_utf8.patch.encode("utf-8", "surrogateescape")
+    assert (tmp_path / "bait" / "SECRET.txt").read_text().strip() == "SECRET-xyz"
+
+
+@pytest.mark.docker
+def test_adversarial_corpus_is_contained(tmp_path: Path) -> None:
+    reason = docker_reason()
+    if reason:
+        pytest.skip(reason)
+    report = run_corpus(tmp_path / "corpus", workers=2, timeout=20)
+    s = report.summary()
+    assert s["failed"] == [], "\n".join(s["failed"])
+    assert s["lost_results"] == 0
+    assert s["contained"] == s["cases_tried"] - len(s["known_limits"])
+    # The documented gap (docs/sandbox-patches.md, "Known limits") is tried and reported, not hidden.
+    assert [k.split(":")[0] for k in s["known_limits"]] == ["fake_report_atexit"]
+    by = {o.name: o for o in report.outcomes}
+    assert by["gold"].status == "resolved" and by["wrong"].status == "unresolved"  # the harness sees both
+    assert by["cpu_spin"].status == "timeout" and by["memory_hog"].status == "unresolved"
