@@ -83,7 +83,7 @@ while n < 5000:
     n += 1
 print("forks before the pids limit:", n)
 return a + b if n < 5000 else None"""
-    spin = "import subprocess\nsubprocess.Popen(['sleep', '1000'])\nwhile True:\n    pass"
+    spin = f"import subprocess\nsubprocess.Popen(['sleep', '{b.sleep_arg('cpu_spin')}'])\nwhile True:\n    pass"
     flood = "import sys\nchunk = 'y' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\nreturn a + b"
     children = f"""import os, subprocess
 subprocess.Popen(['sleep', '{b.sleep_arg('children')}'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -89,6 +89,9 @@ class PrivateDockerd:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
         self._kill_all(signal.SIGKILL)
+        # The dead containerd's pid file would make the next dockerd wait for it: its pid may be a zombie (the
+        # process was reparented away from us) or already reused.
+        (self.root / "x" / "containerd" / "containerd.pid").unlink(missing_ok=True)
 
     def _cgroup_dirs(self) -> list[Path]:
         base = Path("/sys/fs/cgroup")

@@ -119,25 +119,29 @@ def gagar_eval(instances: Path, predictions: Path, repos_dir: Path, run_id: str,
                workers: int = 2, timeout: float = 20, memory: str = "512m", extra: list[str] | None = None,
                env: dict[str, str] | None = None, tmpdir: Path | None = None,
                sample_rss: list[tuple[float, float]] | None = None) -> EvalRun:
-    """Run `gagar eval` as a subprocess; its peak RSS comes from wait4's rusage (the exact high-water mark).
-    With `sample_rss`, (seconds, RSS MiB) samples are appended every 0.5 s while it runs."""
+    """Run `gagar eval` as a subprocess. Its peak memory is the largest VmHWM (the kernel's RSS high-water mark
+    of the process's own address space) seen while it runs — not wait4's ru_maxrss, which on Linux carries over
+    the parent's size across fork + exec. With `sample_rss`, (seconds, RSS MiB) samples are appended too."""
     args = eval_command(instances, predictions, repos_dir, run_id, report_dir, workers=workers, timeout=timeout,
                         memory=memory, extra=extra)
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(args, cwd=ROOT, env=eval_env(env, tmpdir), stdout=err, stderr=subprocess.STDOUT)
-        if sample_rss is not None:
-            threading.Thread(target=_sample, args=(proc.pid, t0, sample_rss), daemon=True).start()
-        _, status, usage = os.wait4(proc.pid, 0)
+        samples = sample_rss if sample_rss is not None else []
+        hwm = [0.0]
+        sampler = threading.Thread(target=_sample, args=(proc.pid, t0, samples, hwm), daemon=True)
+        sampler.start()
+        _, status, _ = os.wait4(proc.pid, 0)
+        sampler.join(2)
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         stderr = err.read()
     res_path = report_dir / run_id / "results.jsonl"
     results = [json.loads(x) for x in res_path.read_text().splitlines() if x.strip()] if res_path.exists() else []
-    return EvalRun(proc.returncode, stderr, usage.ru_maxrss / 1024, time.monotonic() - t0, results)
+    return EvalRun(proc.returncode, stderr, hwm[0], time.monotonic() - t0, results)
 
 
-def _sample(pid: int, t0: float, out: list[tuple[float, float]]) -> None:
+def _sample(pid: int, t0: float, out: list[tuple[float, float]], hwm: list[float]) -> None:
     status = Path(f"/proc/{pid}/status")
     while True:
         try:
@@ -146,10 +150,12 @@ def _sample(pid: int, t0: float, out: list[tuple[float, float]]) -> None:
             return
         if "State:\tZ" in text:
             return
-        for ln in text.splitlines():
-            if ln.startswith("VmRSS:"):
-                out.append((round(time.monotonic() - t0, 2), int(ln.split()[1]) / 1024))
-        time.sleep(0.5)
+        fields = {ln.split(":")[0]: ln.split()[1] for ln in text.splitlines() if ln.startswith(("VmRSS", "VmHWM"))}
+        if "VmRSS" in fields:
+            out.append((round(time.monotonic() - t0, 2), int(fields["VmRSS"]) / 1024))
+        if "VmHWM" in fields:
+            hwm[0] = max(hwm[0], int(fields["VmHWM"]) / 1024)
+        time.sleep(0.25)
 
 
 @dataclass

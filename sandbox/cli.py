@@ -272,16 +272,23 @@ def _print_summary(run_dir: Path, results: list) -> None:
 def sandbox_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="gagar sandbox", description="Sandbox maintenance.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("gc", help="remove leftover sandbox containers (label gagar.sandbox=1)")
+    g = sub.add_parser("gc", help="remove leftover sandbox containers (label gagar.sandbox=1) and the temp "
+                       "workspaces of dead runs")
     g.add_argument("--run-id", help="only the containers of this run")
     args = p.parse_args(argv)
     import docker.errors
 
     from sandbox import container
+    from sandbox.workspace import remove_tree, stale_workspaces
 
     try:
         removed = container.gc(args.run_id)
     except docker.errors.DockerException as exc:
         return _err("gagar sandbox gc", f"cannot reach the Docker engine ({exc})")
     print(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+    stale = stale_workspaces()
+    for d in stale:
+        remove_tree(d)
+    if stale:
+        print(f"removed {len(stale)} workspace(s) left by dead processes: " + ", ".join(d.name for d in stale))
     return 0

@@ -7,6 +7,7 @@ it lives, and removed in a `finally`; `remove_live()` (called from the signal ha
 
 from __future__ import annotations
 
+import atexit
 import re
 import socket
 import threading
@@ -149,6 +150,11 @@ def remove_live() -> int:
     return len(ids)
 
 
+# A caller that is interrupted outside the driver (no signal handlers in a worker thread, an exception
+# escaping) still gets its containers removed at a normal interpreter exit.
+atexit.register(remove_live)
+
+
 def gc(run_id: str | None = None, c: docker.DockerClient | None = None) -> list[str]:
     """Remove leftover sandbox containers by label (all runs, or one)."""
     c = c or docker.from_env(timeout=60)
@@ -231,7 +237,7 @@ class PreparedRun:
         if self.cid is not None:
             cid, self.cid = self.cid, None
             if background:
-                janitor.submit(_remove_bg, cid)
+                janitor.submit(_remove_bg, cid, kind="container")
             else:
                 _remove(self._c, cid)
 

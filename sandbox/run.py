@@ -151,7 +151,7 @@ def _discard(slot: _Slot) -> None:
         except Exception:  # noqa: BLE001 - it never started; nothing to remove
             pass
 
-    janitor.submit(later)
+    janitor.submit(later, kind="container")
 
 
 def _test_env(instance: Instance) -> dict[str, str]:
@@ -325,6 +325,8 @@ def _signals_raise(stop: threading.Event):
         return
 
     def handler(signum, frame):
+        if stop.is_set():
+            return  # already stopping: a second Ctrl-C must not cut the container cleanup short
         stop.set()
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -424,35 +426,39 @@ def evaluate_predictions(
 
     pool = ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="gagar-eval")
     futures: list[Future] = []
-    try:
-        with _signals_raise(stop), bar:
-            futures = [pool.submit(task, p) for ps in order.values() for p in ps]
-            pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    exc = f.exception()
-                    if exc is not None and not isinstance(exc, _Interrupted):
-                        raise exc
-    except BaseException:
-        stop.set()
-        for f in futures:
-            f.cancel()
-        ctr.remove_live()  # unblocks the workers waiting on their containers
-        pool.shutdown(wait=True, cancel_futures=True)
-        starter.shutdown(wait=True, cancel_futures=True)
+    # The handlers stay installed through the cleanup below, so a second signal cannot interrupt it.
+    with _signals_raise(stop):
+        try:
+            with bar:
+                futures = [pool.submit(task, p) for ps in order.values() for p in ps]
+                pending = set(futures)
+                while pending:
+                    finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        exc = f.exception()
+                        if exc is not None and not isinstance(exc, _Interrupted):
+                            raise exc
+        except BaseException:
+            stop.set()
+            for f in futures:
+                f.cancel()
+            ctr.remove_live()  # first, and at once: unblocks the workers waiting on their containers
+            pool.shutdown(wait=True, cancel_futures=True)
+            starter.shutdown(wait=True, cancel_futures=True)
+            for g in groups.values():
+                g.close()
+            janitor.drain("container")
+            ctr.remove_live()  # anything a starter thread created meanwhile
+            write_report()
+            raise
+        pool.shutdown(wait=True)
+        starter.shutdown(wait=True)
         for g in groups.values():
             g.close()
-        janitor.drain()
-        ctr.remove_live()  # anything a starter thread created meanwhile
+        # Containers are gone when this returns; temp trees may still be being deleted (the janitor finishes
+        # them in the background, and at interpreter exit at the latest).
+        janitor.drain("container")
         write_report()
-        raise
-    pool.shutdown(wait=True)
-    starter.shutdown(wait=True)
-    for g in groups.values():
-        g.close()
-    janitor.drain()
-    write_report()
     return [results[k] for k in keys if k in results]
 
 

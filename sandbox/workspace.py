@@ -24,6 +24,28 @@ SHARED_CLONE_ABOVE = 64 << 20  # .git bytes above which a rollout copy shares ob
 SANDBOX_UID = SANDBOX_GID = 1000
 
 
+WS_PREFIX = "gagar-ws-"
+OWNER_FILE = "owner.pid"
+
+
+def stale_workspaces(tmp_root: Path | None = None) -> list[Path]:
+    """Workspaces whose owning process is gone (a `kill -9` skips every cleanup); `gagar sandbox gc` removes
+    them. A workspace without a readable owner is left alone."""
+    out = []
+    for d in Path(tmp_root or tempfile.gettempdir()).glob(WS_PREFIX + "*"):
+        try:
+            pid = int((d / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            out.append(d)
+        except PermissionError:
+            pass  # alive, someone else's
+    return out
+
+
 class WorkspaceError(RuntimeError):
     """The repo could not be prepared (missing clone, unknown commit); the message names what to fix."""
 
@@ -82,23 +104,24 @@ class Janitor:
     at exit) waits until everything handed over is gone."""
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gagar-janitor")
-        self._pending: set[Future] = set()
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gagar-janitor")
+        self._pending: dict[Future, str] = {}
         self._lock = threading.Lock()
 
-    def submit(self, fn, *args) -> None:
+    def submit(self, fn, *args, kind: str = "tree") -> None:
         fut = self._pool.submit(fn, *args)
         with self._lock:
-            self._pending.add(fut)
+            self._pending[fut] = kind
         fut.add_done_callback(self._done)
 
     def _done(self, fut: Future) -> None:
         with self._lock:
-            self._pending.discard(fut)
+            self._pending.pop(fut, None)
 
-    def drain(self, timeout: float | None = 120) -> None:
+    def drain(self, kind: str | None = None, timeout: float | None = 120) -> None:
+        """Wait for the pending removals (of one `kind` only, when given)."""
         with self._lock:
-            pending = list(self._pending)
+            pending = [f for f, k in self._pending.items() if kind is None or k == kind]
         for fut in pending:
             try:
                 fut.result(timeout=timeout)
@@ -126,7 +149,8 @@ class GroupWorkspace:
     def __enter__(self) -> GroupWorkspace:
         if not (self.source / ".git").exists() and not (self.source / "HEAD").exists():
             raise WorkspaceError(f"no git clone of the repo at {self.source} (expected <repos-dir>/<owner>__<name>)")
-        self.root = Path(tempfile.mkdtemp(prefix="gagar-ws-", dir=self.tmp_root))
+        self.root = Path(tempfile.mkdtemp(prefix=WS_PREFIX, dir=self.tmp_root))
+        (self.root / OWNER_FILE).write_text(str(os.getpid()))
         try:
             self.base = self.root / "base"
             # --local hard-links the source's object files: objects are immutable and the base is never

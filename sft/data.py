@@ -15,6 +15,7 @@ OUT gets `train.jsonl` / `val.jsonl` (chat records: `messages` + scoring metadat
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import sys
@@ -37,6 +38,12 @@ def split_instances(ids: list[str], val_fraction: float, seed: int) -> tuple[set
     return set(ids[n_val:]), set(ids[:n_val])
 
 
+def _verify_id(k: int, v: Variant) -> str:
+    # The patch hash keeps a resumed sandbox run from reusing a verdict for a different patch under the same id
+    # (a rerun with other --seed or --kinds builds other variants).
+    return f"{k}:{v.rollout_id}:{hashlib.sha1(v.patch.encode('utf-8', 'surrogateescape')).hexdigest()[:10]}"
+
+
 def _verify(
     instances: dict[str, Any],
     groups: list[tuple[str, list[Variant]]],
@@ -54,7 +61,7 @@ def _verify(
             instance_id=iid,
             model_patch=v.patch,
             model_name_or_path="sft-degrade",
-            rollout_id=f"{k}:{v.rollout_id}",
+            rollout_id=_verify_id(k, v),
         )
         for k, (iid, variants) in enumerate(groups)
         for v in variants
@@ -64,10 +71,10 @@ def _verify(
     ok = {(r.instance_id, r.rollout_id) for r in results if r.resolved}
     kept, notes = [], []
     for k, (iid, variants) in enumerate(groups):
-        if (iid, f"{k}:gold") not in ok:
+        if (iid, _verify_id(k, variants[0])) not in ok:
             notes.append(f"{iid}: the gold patch does not pass in the sandbox; group dropped")
             continue
-        good = [v for v in variants if (iid, f"{k}:{v.rollout_id}") in ok]
+        good = [v for v in variants if (iid, _verify_id(k, v)) in ok]
         for v in variants:
             if v not in good:
                 notes.append(

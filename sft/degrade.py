@@ -9,7 +9,9 @@ keeps behaviour; `gagar sft data --verify` re-checks that in the sandbox.
 
 from __future__ import annotations
 
+import ast
 import difflib
+import os
 import random
 import re
 import shutil
@@ -24,7 +26,7 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from sft import degrade_curly, degrade_py
-from sft.degrade_common import Edit, FileCtx
+from sft.degrade_common import Edit, FileCtx, code_mask
 
 KINDS = (
     "debug_output",
@@ -98,8 +100,6 @@ def _gold_lines(patch: str) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
 
 
 def _git(repo: Path, *args: str, input_text: str | None = None) -> str:
-    import os
-
     proc = subprocess.run(
         ["git", *args],
         cwd=repo,
@@ -175,11 +175,25 @@ def _try_kind(
         except (OSError, UnicodeDecodeError):
             continue
         edit = handler(ctx)
-        if edit is None or edit.lines == ctx.lines:
+        if edit is None or edit.lines == ctx.lines or not _still_parses(tree.language, ctx.lines, edit.lines):
             continue
         (tree.root / path).write_text("".join(edit.lines), encoding="utf-8")
         return Applied(kind, path, edit.marker.rstrip("\n"), edit.description)
     return None
+
+
+def _still_parses(language: str, before: list[str], after: list[str]) -> bool:
+    """A last syntax guard on every edit: Python must parse; Go/Java braces (outside strings) must balance."""
+    text = "".join(after)
+    if language == "python":
+        try:
+            ast.parse(text)
+        except SyntaxError:
+            return False
+        return True
+    mask = code_mask(text, language)
+    code = [c for c, m in zip(text, mask, strict=True) if m and c in "{}()"]
+    return code.count("{") == code.count("}") and code.count("(") == code.count(")")
 
 
 def _evidence(tree: _Tree, applied: list[Applied]) -> list[str]:

@@ -42,7 +42,12 @@ def _anchor_stmt(tree: ast.Module, anchors: list[int], lines: list[str]) -> ast.
     """A simple one-line statement added by the gold patch, inside a function (0-based anchor indexes)."""
     wanted = {a + 1 for a in anchors}
     for node in ast.walk(tree):
-        if isinstance(node, _SIMPLE) and node.lineno in wanted and node.end_lineno == node.lineno:
+        if not isinstance(node, _SIMPLE):
+            continue
+        line = lines[node.lineno - 1]
+        # The statement must own its line (not `if x: return y`), so edits around it stay well-formed.
+        starts_line = len(line) - len(line.lstrip()) == node.col_offset
+        if starts_line and node.lineno in wanted and node.end_lineno == node.lineno:
             if _enclosing(tree, node.lineno) is not None and '"""' not in lines[node.lineno - 1]:
                 return node
     return None

@@ -309,6 +309,13 @@ def _build(target: Path, key: dict) -> None:
     (target / _MARKER).write_text(json.dumps(key, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def _matches(marker: Path, key: dict) -> bool:
+    try:
+        return json.loads(marker.read_text(encoding="utf-8")) == key
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
 def build_tiny_model(
     out_dir: str | os.PathLike,
     *,
@@ -330,13 +337,10 @@ def build_tiny_model(
     target = Path(out_dir).resolve()
     key = _cache_key(seed, hidden_size, num_layers, vocab_size)
     marker = target / _MARKER
-    if marker.is_file():
-        try:
-            if json.loads(marker.read_text(encoding="utf-8")) == key:
-                return target
-        except (OSError, json.JSONDecodeError):
-            pass
-    elif target.exists() and any(target.iterdir()):
+    if _matches(marker, key):
+        return target
+    # A marker with other arguments is a stale tiny model, rebuilt below; anything else non-empty is not ours.
+    if not marker.is_file() and target.exists() and any(target.iterdir()):
         raise FileExistsError(
             f"{target} is not empty and is not a tiny model built by sft.tiny; pick another dir"
         )
@@ -344,10 +348,16 @@ def build_tiny_model(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         _build(tmp, key)
+        if _matches(marker, key):
+            return target  # another process built the same model meanwhile: keep theirs
         if target.exists():
             # Either empty or a stale tiny model (marker checked above): safe to replace.
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not _matches(marker, key):  # lost a race to a concurrent build of the same model: fine
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -83,11 +83,13 @@ def test_weight_table_matches_gradings():
     bandit = Bandit(TINY_CACHE)
     table = bandit.weight_table()
     ids = bandit.rollout_ids[0]
-    mask = (1 << ids.index("minimal")) | (1 << ids.index("bloated"))
+    bits = bandit.passing_bits()[0]
+    assert bits[ids.index("wrong-a")] == 0  # failing patches never enter a grading
+    mask = int(bits[ids.index("minimal")] + bits[ids.index("bloated")])
+    assert table.shape == (3, 2**3, 5)  # 3 passing patches at most, 5 candidates at most
     assert table[0, mask, ids.index("minimal")] == 1.0
     assert table[0, mask, ids.index("bloated")] == pytest.approx(0.2)
     assert torch.isnan(table[0, mask, ids.index("gold")])  # not in that group
-    assert torch.isnan(table[0, 1 << ids.index("wrong-a")]).all()  # failing patches are never graded
     # Tier 1 of the grading of all passing patches together: minimal and gold, not bloated.
     assert [ids[j] for j in bandit.top_tier[0].nonzero().flatten().tolist()] == ["minimal", "gold"]
 
@@ -194,6 +196,7 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     assert "not a verdict cache" in capsys.readouterr().err
     assert cli.main(["bloat", "--verdicts", str(bad), "--methods", "grpo,ppo", "--out", str(tmp_path)]) == 2
     assert cli.main(["skew", "--n", "7", "--out", str(tmp_path)]) == 2
+    assert cli.main(["bloat", "--verdicts", str(bad), "--cap", "0.5", "--out", str(tmp_path)]) == 2
     with pytest.raises(SystemExit) as exc:
         cli.main(["bloat", "--seeds", "0"])
     assert exc.value.code == 2

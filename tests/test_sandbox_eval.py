@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -124,6 +126,12 @@ def test_every_status(task: CalcTask, tmp_path: Path) -> None:
     assert set(rep["status_counts"]) == set(STATUSES) and rep["status_counts"]["timeout"] == 1
     assert any("line 3" in s for s in rep["skipped_input_lines"])
     assert leftover_containers("statuses") == []
+    from sandbox.workspace import OWNER_FILE, WS_PREFIX, janitor
+
+    janitor.drain()  # temp trees are removed in the background; none may outlive the run
+    mine = [d for d in Path(tempfile.gettempdir()).glob(WS_PREFIX + "*")
+            if (d / OWNER_FILE).exists() and (d / OWNER_FILE).read_text() == str(os.getpid())]
+    assert mine == []
 
 
 @pytest.mark.docker
@@ -163,13 +171,14 @@ def test_resume_and_redo(task: CalcTask, tmp_path: Path) -> None:
 @pytest.mark.docker
 def test_sigterm_removes_containers_and_keeps_resume_state(task: CalcTask, tmp_path: Path) -> None:
     require_docker()
-    preds = [{"instance_id": "acme__calc-1", "rollout_id": "slow",
-              "model_patch": task.calc_patch("import time\ntime.sleep(120)\nreturn a + b")}]
+    slow = task.calc_patch("import time\ntime.sleep(120)\nreturn a + b")
+    preds = [{"instance_id": "acme__calc-1", "rollout_id": f"slow{i}", "model_patch": slow} for i in range(4)]
     inst, pp = task.write_inputs(preds)
     out = tmp_path / "o"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gagar.cli", "eval", "--instances", str(inst), "--predictions", str(pp),
-         "--repos-dir", str(task.repos_dir), "--run-id", "sig", "--report-dir", str(out), "--no-progress"],
+         "--repos-dir", str(task.repos_dir), "--run-id", "sig", "--report-dir", str(out), "--no-progress",
+         "--max-workers", "2"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -177,7 +186,10 @@ def test_sigterm_removes_containers_and_keeps_resume_state(task: CalcTask, tmp_p
         while not leftover_containers("sig") and time.monotonic() < deadline:
             time.sleep(0.3)
         assert leftover_containers("sig"), "the run never started its container"
+        time.sleep(1)  # let the started-ahead containers exist too
         proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)  # an impatient second signal must not cut the cleanup short
         output, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -251,9 +263,17 @@ def test_gc_removes_leftovers_by_label(capsys: pytest.CaptureFixture) -> None:
                             labels={"gagar.sandbox": "1", "gagar.run": "gc-test"})
     other = c.containers.run("gagar-python:latest", ["sleep", "60"], detach=True, network_mode="none",
                              labels={"gagar.sandbox": "1", "gagar.run": "gc-test-other"})
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    ws = Path(tempfile.mkdtemp(prefix="gagar-ws-"))
+    (ws / "owner.pid").write_text(str(dead.pid))
+    live = Path(tempfile.mkdtemp(prefix="gagar-ws-"))
+    (live / "owner.pid").write_text(str(os.getpid()))
     try:
         assert sandbox_main(["gc", "--run-id", "gc-test"]) == 0
-        assert "removed 1 container" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "removed 1 container" in out and ws.name in out
+        assert not ws.exists() and live.exists()
         assert leftover_containers("gc-test") == [] and leftover_containers("gc-test-other") == [other.name]
     finally:
         for ctr in (mine, other):
@@ -261,3 +281,4 @@ def test_gc_removes_leftovers_by_label(capsys: pytest.CaptureFixture) -> None:
                 ctr.remove(force=True)
             except docker.errors.NotFound:
                 pass
+        shutil.rmtree(live, ignore_errors=True)

@@ -172,13 +172,112 @@ def test_bad_input_exits_2(tmp_path, capsys):
 def test_verify_keeps_only_variants_that_pass_in_the_sandbox(tasks, tmp_path):
     out = tmp_path / "verified"
     rc = sft_main(
-        ["data", "--instances", str(tasks / "instances.jsonl"), "--repos-dir", str(tasks / "repos"),
-         "--out", str(out), "--max-instances", "1", "--groups-per-instance", "1", "--verify", "--timeout", "120"]
+        [
+            "data",
+            "--instances",
+            str(tasks / "instances.jsonl"),
+            "--repos-dir",
+            str(tasks / "repos"),
+            "--out",
+            str(out),
+            "--max-instances",
+            "1",
+            "--groups-per-instance",
+            "1",
+            "--verify",
+            "--timeout",
+            "120",
+        ]
     )
     assert rc == 0
     results = _rows(out / "verify" / "results.jsonl")
     assert results and all(r["status"] in {"resolved", "unresolved"} for r in results)
-    passed = {r["rollout_id"].split(":", 1)[1] for r in results if r["resolved"]}
+    passed = {r["rollout_id"].split(":")[1] for r in results if r["resolved"]}
     recs = _rows(out / "train.jsonl") + _rows(out / "val.jsonl")
     assert recs and all(set(r["order"]) <= passed for r in recs)
     assert json.loads((out / "manifest.json").read_text())["verified"] is True
+
+
+class ScriptedTeacher:
+    """Stands for a teacher LLM behind an OpenAI-compatible server: it reads every candidate's diff with the
+    judge's tools, then ranks the candidates by diff length, LONGEST first (the heuristic would not), so the labels
+    show whose order was used. The server and the client are real."""
+
+    name = "scripted-teacher"
+
+    def chat_with_usage(self, messages, *, max_new_tokens=512, temperature=0.0):
+        import re
+
+        letters = re.search(r"Candidates \(all pass the tests\): ([A-Z, ]+)", messages[1]["content"]).group(1)
+        letters = [x.strip() for x in letters.split(",")]
+        seen = {}
+        for m in messages:
+            hit = re.match(r"\[show_diff result\]\ncandidate ([A-Z]+) diff", m["content"]) or re.match(
+                r"candidate ([A-Z]+) diff", m["content"]
+            )
+            if hit and m["role"] in ("tool", "user"):
+                seen[hit.group(1)] = len(m["content"])
+        todo = [x for x in letters if x not in seen]
+        if todo:
+            call = {"name": "show_diff", "arguments": {"candidate": todo[0]}}
+            text = "<tool_call>" + json.dumps(call) + "</tool_call>"
+        else:
+            ranking = sorted(letters, key=seen.__getitem__, reverse=True)
+            tiers = {x: min(3, 1 + i) for i, x in enumerate(ranking)}
+            evidence = {x: [f"diff of {x} is longer than needed"] for x in ranking[1:]}
+            text = (
+                "<answer>"
+                + json.dumps({"ranking": ranking, "tiers": tiers, "evidence": evidence})
+                + "</answer>"
+            )
+        return text, 0, 1
+
+
+def test_from_results_with_a_teacher_over_http(tasks, tmp_path):
+    import threading
+
+    from grader.serve import make_server
+
+    server = make_server(ScriptedTeacher(), port=0, served_name="teacher")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        results = tmp_path / "results.jsonl"
+        expected = _rows(tasks / "expected.jsonl")
+        results.write_text("".join(json.dumps({**e, "tampered_tests": False}) + "\n" for e in expected))
+        out = tmp_path / "teacher"
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        rc = sft_main(
+            [
+                "data",
+                "--instances",
+                str(tasks / "instances.jsonl"),
+                "--repos-dir",
+                str(tasks / "repos"),
+                "--out",
+                str(out),
+                "--from-results",
+                str(results),
+                "--predictions",
+                str(tasks / "predictions.jsonl"),
+                "--max-instances",
+                "2",
+                "--labeller",
+                "teacher",
+                "--base-url",
+                url,
+                "--model",
+                "teacher",
+            ]
+        )
+    finally:
+        server.shutdown()
+    assert rc == 0
+    patches = {
+        (p["instance_id"], str(p["rollout_id"])): p["model_patch"] for p in _rows(tasks / "predictions.jsonl")
+    }
+    recs = _rows(out / "train.jsonl") + _rows(out / "val.jsonl")
+    assert len(recs) == 2
+    for rec in recs:
+        # The teacher's order (longest diff first) is the record's label, mapped back from its letters.
+        by_len = sorted(rec["order"], key=lambda r: len(patches[(rec["instance_id"], r)]), reverse=True)
+        assert rec["order"] == by_len and len(rec["order"]) >= 3

@@ -9,12 +9,11 @@ else is real: the tiny model's tokenizer and chat template, the tool-call parser
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import unidiff
+from trainer_fixtures import CONFIG, bundled_tasks, model_cache
 
 from sandbox.config import SandboxConfig
 from sandbox.records import Instance, Prediction
@@ -23,24 +22,21 @@ from trainer.agent.format import FormatError, extract_diff, format_tool_call, pa
 from trainer.agent.tokens import Conversation
 from trainer.rollout.base import Sample
 
-ROOT = Path(__file__).resolve().parents[1]
 TASK = "acme__durations-42"  # a bundled Python task
 
 
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tasks")
-    subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(out)], check=True,
-                   capture_output=True)
-    return out
+    return bundled_tasks(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from sft.tiny import build_tiny_model
-    from trainer.policy import load_tokenizer
+    from trainer.config import load_config
+    from trainer.policy import base_model_path, load_tokenizer
 
-    return load_tokenizer(str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "m")))
+    cfg = load_config(CONFIG, [f"model.cache_dir={model_cache(tmp_path_factory)}"])
+    return load_tokenizer(base_model_path(cfg.model))
 
 
 def _instance(tasks: Path) -> Instance:

@@ -16,14 +16,14 @@ Methods:
 Metrics per step are exact expectations under the current policy, averaged over tasks (no sampling noise):
 pass rate Σ_j π_j pass_j; minimal share Σ_{j passing, quality_rank 1} π_j / Σ_{j passing} π_j; mean diff size of
 passing rollouts Σ_{j passing} π_j size_j / Σ_{j passing} π_j; entropy −Σ π_j log π_j; top-tier share, the
-minimal share's analogue for the patches the grader puts in tier 1 when it ranks all of a task's passing ones. Per step also the
-sampled share of mixed-outcome groups and the positive advantage the update used (sum per group, mean over
-groups).
+minimal share's analogue for the patches the grader puts in tier 1 when it ranks all of a task's passing ones.
+Per step also, from the samples: the share of mixed-outcome groups and the positive advantage the update used
+(sum per group, mean over groups).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,12 +50,11 @@ FINAL = METRICS[:5]  # the policy metrics, read after the last update
 
 @dataclass
 class BloatConfig:
-    steps: int = 200
+    steps: int = 300
     n: int = 8  # rollouts per task per step
-    lr: float = 2.0
+    lr: float = 1.0
     methods: tuple[str, ...] = tuple(METHODS)
     cap: float | None = DEFAULT_CAP  # GAGAR's λ cap; None: uncapped
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -63,6 +62,8 @@ class BloatConfig:
             raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
         if self.steps < 1 or self.n < 2 or self.lr <= 0:
             raise ValueError("steps must be >= 1, n >= 2 and lr > 0")
+        if self.cap is not None and self.cap < 1:
+            raise ValueError(f"cap must be >= 1 (GAGAR's λ is >= 1 by construction), got {self.cap}")
 
 
 class Bandit:
@@ -104,13 +105,21 @@ class Bandit:
     def shape(self) -> tuple[int, int]:
         return tuple(self.valid.shape)  # type: ignore[return-value]
 
+    def passing_bits(self) -> torch.Tensor:
+        """(T, K) long: 2**i for the i-th passing candidate of a task, 0 for failing ones; a group's set of
+        passing patches is the sum over its distinct picks."""
+        order = torch.cumsum(self.passing.long(), 1) - 1
+        return torch.where(self.passing, 1 << order.clamp(min=0), torch.zeros_like(order))
+
     def weight_table(self) -> torch.Tensor:
-        """(T, 2**K, K): the grader's weight of candidate j when the passing patches in a group are the set
-        with bitmask m; NaN where the grader gave none (not passing, no grading, or a fallback grading)."""
+        """(T, 2**P, K): the grader's weight of candidate j when the passing patches in a group are the set
+        with bitmask m (bits from `passing_bits`); NaN where the grader gave none (not in the set, no grading,
+        or a fallback grading). P is the largest number of passing patches of a task."""
         t_count, k = self.shape
-        table = torch.full((t_count, 1 << k, k), float("nan"), dtype=torch.float64)
+        bits = self.passing_bits()
+        table = torch.full((t_count, 1 << int(self.passing.sum(1).max()), k), float("nan"), dtype=torch.float64)
         for t, gradings in enumerate(self.gradings):
-            pos = {rid: j for j, rid in enumerate(self.rollout_ids[t])}
+            pos = {rid: j for j, rid in enumerate(self.rollout_ids[t]) if self.passing[t, j]}
             for key, g in gradings.items():
                 ids = key.split(",")
                 if g.get("fallback") or any(r not in pos for r in ids):
@@ -118,7 +127,7 @@ class Bandit:
                 weights = g.get("weights") or weights_from_tiers(g.get("tiers") or {})
                 if any(r not in weights for r in ids):
                     continue
-                mask = sum(1 << pos[r] for r in ids)
+                mask = sum(int(bits[t, pos[r]]) for r in ids)
                 for r in ids:
                     table[t, mask, pos[r]] = float(weights[r])
         return table
@@ -167,8 +176,7 @@ def run_method(method: str, bandit: Bandit, cfg: BloatConfig, seeds: list[int]) 
     table = bandit.weight_table()
     logits = torch.zeros((s_count, t_count, k), dtype=torch.float64).masked_fill(~bandit.valid, float("-inf"))
     task = torch.arange(t_count).repeat(s_count)  # group b = seed b // T, task b % T
-    bits = 1 << torch.arange(k)
-    reward, passing = bandit.reward[task], bandit.passing[task]  # (B, K)
+    reward, passing, bits = bandit.reward[task], bandit.passing[task], bandit.passing_bits()[task]  # (B, K)
     history: dict[str, list[torch.Tensor]] = {m: [] for m in METRICS}
     for _ in range(cfg.steps):
         for key, v in policy_metrics(bandit, logits).items():
@@ -178,7 +186,7 @@ def run_method(method: str, bandit: Bandit, cfg: BloatConfig, seeds: list[int]) 
                            for i, g in enumerate(gens)])  # (B, n)
         rewards = reward.gather(1, picks)
         present = torch.zeros_like(passing).scatter_(1, picks, True) & passing
-        mask = (present.long() * bits).sum(1)
+        mask = (present.long() * bits).sum(1)  # which passing patches this group holds
         weights = table[task, mask].gather(1, picks)
         adv = step_advantages(method, rewards, weights, cfg)
         history["mixed_groups"].append(mixed_outcome(rewards > 0).double().view(s_count, t_count).mean(1))

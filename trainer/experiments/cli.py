@@ -136,11 +136,17 @@ def _bloat(args: argparse.Namespace) -> int:
                                   "methods": tuple(m.strip() for m in args.methods.split(",") if m.strip())}
     if args.cap is not None:
         cfg_kwargs["cap"] = args.cap
+    from docker.errors import DockerException
+
     try:
         cfg = BloatConfig(**cfg_kwargs)
         cache = _verdicts(args)
     except (ValueError, VerdictError) as exc:
         print(f"gagar experiment bloat: {exc}", file=sys.stderr)
+        return 2
+    except DockerException as exc:
+        print(f"gagar experiment bloat: the sandbox needs a running Docker engine ({exc}); start it "
+              "(`make docker`) or pass --verdicts FILE to reuse cached verdicts", file=sys.stderr)
         return 2
     t0 = time.monotonic()
     result = run_bloat(cache, cfg, args.seeds, base_seed=args.base_seed)

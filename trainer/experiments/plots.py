@@ -34,6 +34,7 @@ def _save(fig: Any, path: Path) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     finally:
         plt.close(fig)

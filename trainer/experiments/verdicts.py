@@ -10,8 +10,8 @@ a sampled group can contain, and stored too. A run then needs neither Docker nor
 File format (`format` = FORMAT):
   tasks: [{instance_id, repo, candidates: [{rollout_id, patch_hash, kind, quality_rank}],
            gradings: {"<sorted passing rollout ids joined by ','>": {ranking, tiers, weights, fallback}}}]
-  patches: {patch_hash: {status, resolved, tampered_tests, reward, tests_passed, tests_total,
-                         diff_lines, files_changed}}
+  patches: {patch_hash: {status, resolved, tampered_tests, reward, tests_passed, tests_total, diff_lines,
+                         files_changed}}   (patch_hash: of the instance id and the patch, see `patch_hash`)
   source: where the verdicts came from (sandbox run, grader, task files' hashes).
 """
 
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-FORMAT = "gagar-experiment-verdicts/1"
+FORMAT = "gagar-experiment-verdicts/2"
 # 2**k - 1 subsets get graded per task; past this many passing patches that stops being "fast".
 MAX_PASSING = 10
 
@@ -35,8 +35,10 @@ class VerdictError(ValueError):
     """Unusable task files or verdict cache (the CLI reports it and exits 2)."""
 
 
-def patch_hash(patch: str) -> str:
-    return hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+def patch_hash(instance_id: str, patch: str) -> str:
+    """The cache key of a patch: a verdict belongs to the patch *and* the task it was applied to."""
+    text = f"{instance_id}\0{patch}"
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def diff_size(patch: str) -> tuple[int, int]:
@@ -77,6 +79,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1, sort_keys=False)
             fh.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -114,6 +117,10 @@ def grade_subsets(group_row: dict[str, Any], passing: list[dict[str, Any]], repo
     if len(passing) > MAX_PASSING:
         raise VerdictError(f"{group_row['instance_id']}: {len(passing)} passing patches; at most {MAX_PASSING} "
                            "are supported (every subset is graded)")
+    commas = [c["rollout_id"] for c in passing if "," in c["rollout_id"]]
+    if commas:
+        raise VerdictError(f"{group_row['instance_id']}: rollout id(s) {commas} contain ',', which the cache uses "
+                           "to join a subset's ids; rename them")
     groups = []
     for k in range(1, len(passing) + 1):
         for combo in itertools.combinations(passing, k):
@@ -184,7 +191,7 @@ def build_verdicts(tasks_dir: Path, *, run_dir: Path | None = None, max_workers:
         res = by_key.get((p.instance_id, p.rollout_id))
         if res is None:
             raise VerdictError(f"the sandbox returned no result for {p.instance_id} rollout {p.rollout_id}")
-        h = patch_hash(p.model_patch)
+        h = patch_hash(p.instance_id, p.model_patch)
         patches[h] = _verdict(res, p.model_patch)
         exp = expected.get((p.instance_id, p.rollout_id), {})
         inst = instances[p.instance_id]
