@@ -248,6 +248,10 @@ def eval_main(argv: list[str]) -> int:
         print(f"{prog}: interrupted; finished results are kept in {run_dir}/results.jsonl "
               "(re-run the same command to resume)", file=sys.stderr)
         return 130
+    except OSError as exc:  # the report dir vanished or filled up mid-run: say where, no traceback
+        print(f"{prog}: error: cannot write the run's files under {run_dir}: {exc}; the containers were "
+              "removed; fix the directory and re-run the same command to resume", file=sys.stderr)
+        return 1
     _print_summary(run_dir, results)
     return 0
 

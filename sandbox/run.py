@@ -449,7 +449,10 @@ def evaluate_predictions(
                 g.close()
             janitor.drain("container")
             ctr.remove_live()  # anything a starter thread created meanwhile
-            write_report()
+            try:
+                write_report()
+            except OSError:
+                pass  # the original error says more (often: this same directory is gone)
             raise
         pool.shutdown(wait=True)
         starter.shutdown(wait=True)
