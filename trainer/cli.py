@@ -105,7 +105,11 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"gagar train: {exc}", file=sys.stderr)
         return 2
+    from transformers.utils import logging as hf_logging
+
     from trainer.loop import train
+
+    hf_logging.disable_progress_bar()  # weight-loading bars would tear the live table
 
     view = LiveView(cfg.steps)
     try:

@@ -36,7 +36,7 @@ def plot_metrics(metrics_path: Path, out_png: Path) -> Path | None:
                 ax.plot(*zip(*pts, strict=True), marker="o", markersize=3, label=k)
         ax.set_title(title)
         ax.set_xlabel("step")
-        if len(keys) > 1:
+        if len(keys) > 1 and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -83,10 +83,9 @@ class GagarGRPOTrainer(GRPOTrainer):
         group = torch.arange(rewards.shape[0], device=rewards.device) // n  # TRL lays groups out consecutively
         passed = weights_q = None
         if self.quality_fn is not None:
-            local = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
             n_local = len(captured["inputs"])
             start = self.accelerator.process_index * n_local
-            q = self.quality_fn(captured["inputs"], captured["completions"], local[start : start + n_local])
+            q = self.quality_fn(captured["inputs"], captured["completions"], rewards[start : start + n_local])
             device = rewards.device
             passed = self.accelerator.gather(torch.as_tensor(q["passed"], device=device).bool())
             weights_q = self.accelerator.gather(torch.as_tensor(q["weights"], device=device).float())
