@@ -40,7 +40,8 @@ class Bait:
 
     def sleep_arg(self, case: str) -> str:
         """A `sleep` duration unique to a case, so its process can be found on the host (`ps`)."""
-        return f"{4000 + sum(map(ord, case + self.mark)) % 997}.{len(case)}{self.mark[:4].encode().hex()[:6]}"
+        digits = int.from_bytes((case + self.mark).encode(), "big") % 10**9
+        return f"{4000 + digits % 997}.{digits:09d}"
 
     def host_markers(self) -> list[Path]:
         """Host paths outside the corpus dir that probes try to create; none may exist afterwards."""
@@ -212,6 +213,39 @@ with open("/testbed/.git/config", "a") as fh:
 with open("/testbed/.gitattributes", "w") as fh:
     fh.write("* filter=pwn\\n")
 return a + b"""
+    host_procs = """import os
+seen = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            cmd = open("/proc/" + pid + "/cmdline", "rb").read().replace(b"\\0", b" ")
+        except OSError:
+            continue
+        if any(w in cmd for w in (b"dockerd", b"containerd", b"systemd", b"sshd", b"pytest -q")):
+            seen.append(cmd[:100])
+print("host processes visible:", seen)
+return a + b if not seen else None"""
+    privileges = """import os, subprocess
+won = []
+for name, attempt in [("setuid", lambda: os.setuid(0)), ("chown", lambda: os.chown("/testbed", 0, 0)),
+                      ("disk", lambda: open("/dev/vda", "rb")), ("kmsg", lambda: open("/dev/kmsg", "rb").read(1)),
+                      ("mem", lambda: open("/dev/mem", "rb"))]:
+    try:
+        attempt()
+        won.append(name)
+    except OSError as exc:
+        print("refused", name, exc)
+for cmd in (["unshare", "-Ur", "id", "-u"], ["unshare", "-m", "true"], ["mount", "-t", "tmpfs", "x", "/tmp"],
+            ["chroot", "/", "true"], ["su", "-c", "id"]):
+    try:
+        p = subprocess.run(cmd, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+        if p.returncode == 0:
+            won.append(" ".join(cmd))
+        print("refused" if p.returncode else "ALLOWED", cmd, p.stderr[:120])
+    except (OSError, subprocess.SubprocessError) as exc:
+        print("refused", cmd, exc)
+print("WON", won)
+return a + b if not won else None"""
     slow = max(timeout + 30, 45)
     probes = [
         ("fork_bomb", "resources", "forks without bound", fork, ("resolved", "timeout"), None, slow),
@@ -235,6 +269,10 @@ return a + b"""
          runtime_symlink, ("resolved",), None, slow),
         ("report_symlink", "symlink", "plants symlinks and a FIFO in the report dir for the host to follow",
          report_symlink, ("resolved",), None, slow),
+        ("host_processes", "host_files", "looks for the host's processes (dockerd, containerd, sshd) in /proc",
+         host_procs, ("resolved",), None, slow),
+        ("privileges", "privileges", "setuid 0, chown, raw disk and /dev/kmsg, user/mount namespaces, mount, su",
+         privileges, ("resolved",), None, slow),
         ("git_runtime", "git", "writes .git hooks, core.fsmonitor and a filter driver at run time",
          git_runtime, ("resolved",), None, slow),
     ]

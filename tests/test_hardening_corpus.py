@@ -3,15 +3,18 @@ that nothing escaped. The corpus lives in `hardening/corpus.py`; the checks in `
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hardening.corpus import Bait, build_corpus  # noqa: E402
-from hardening.harness import docker_reason, run_corpus  # noqa: E402
+from hardening.corpus import Bait, Case, build_corpus  # noqa: E402
+from hardening.harness import Listener, check_case, docker_reason, run_corpus  # noqa: E402
 from sandbox.patchcheck import EmptyPatch, PatchRejected, validate_patch  # noqa: E402
 
 
@@ -59,3 +62,31 @@ def test_adversarial_corpus_is_contained(tmp_path: Path) -> None:
     by = {o.name: o for o in report.outcomes}
     assert by["gold"].status == "resolved" and by["wrong"].status == "unresolved"  # the harness sees both
     assert by["cpu_spin"].status == "timeout" and by["memory_hog"].status == "unresolved"
+
+
+def test_escape_checks_can_fail(tmp_path: Path) -> None:
+    """Negative control: the host-side checks do flag an escape when one happens (a connection, the secret in
+    a log, a leftover process, a wrong status), so a green corpus run means something."""
+    with Listener() as lis:
+        socket.create_connection(("127.0.0.1", lis.port), timeout=5).close()
+        for _ in range(50):
+            if lis.peers:
+                break
+            time.sleep(0.1)
+    assert len(lis.peers) == 1
+    bait = _bait(tmp_path)
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "test_output.txt").write_text("leaked: SECRET-xyz\n")
+    case = Case("children", "processes", "", "", ("resolved",), False)
+    sleeper = subprocess.Popen(["sleep", bait.sleep_arg("children")])
+    try:
+        out = check_case(case, {"status": "unresolved", "tampered_tests": False, "error": None, "duration_s": 1,
+                                "log_path": str(log)}, bait, tmp_path)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    text = " | ".join(out.problems)
+    assert not out.contained
+    assert "status 'unresolved'" in text and "secret" in text and "sleeping processes" in text
+    assert check_case(case, None, bait, tmp_path).problems == ["no result line (lost)"]
