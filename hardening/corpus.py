@@ -246,6 +246,32 @@ for cmd in (["unshare", "-Ur", "id", "-u"], ["unshare", "-m", "true"], ["mount",
         print("refused", cmd, exc)
 print("WON", won)
 return a + b if not won else None"""
+    fill = """import time
+chunk = b"z" * (8 << 20)
+t0, n = time.time(), 0
+with open("/testbed/fill.bin", "wb") as fh:
+    while n < (2 << 30) and time.time() - t0 < 15:
+        fh.write(chunk)
+        fh.flush()
+        n += len(chunk)
+print("wrote", n >> 20, "MiB")
+return a + b"""
+    inodes = """import os, time
+os.mkdir("/testbed/many")
+t0, n = time.time(), 0
+while n < 3_000_000 and time.time() - t0 < 15:
+    open("/testbed/many/%d" % n, "w").close()
+    n += 1
+print("files", n)
+return a + b"""
+    deep = """import os
+for top in ("/testbed", os.environ["GAGAR_REPORT_DIR"]):
+    os.chdir(top)
+    for _ in range(5000):
+        os.mkdir("d")
+        os.chdir("d")
+os.chdir("/testbed")
+return a + b"""
     slow = max(timeout + 30, 45)
     probes = [
         ("fork_bomb", "resources", "forks without bound", fork, ("resolved", "timeout"), None, slow),
@@ -253,6 +279,12 @@ return a + b if not won else None"""
          "return a + b + len(x) * 0", ("unresolved",), "out of memory", slow),
         ("cpu_spin", "resources", "spins past the timeout with a child", spin, ("timeout",), "timeout", slow),
         ("output_flood", "resources", "prints 100 MB", flood, ("resolved",), "output kept", slow),
+        ("fill_disk", "resources", "writes 2 GiB into the work tree (a host bind mount, no quota)", fill,
+         ("unresolved",), "wrote more than", slow),
+        ("inode_flood", "resources", "creates empty files without end in the work tree (host inodes)", inodes,
+         ("unresolved",), "wrote more than", slow),
+        ("deep_tree", "resources", "nests directories 5000 deep (past PATH_MAX) in the work tree and report dir",
+         deep, ("resolved",), None, slow),
         ("sleeping_children", "processes", "leaves detached sleeping children", children, ("resolved",), None,
          timeout * 0.75),
         ("net_outside", "network", "sockets to outside addresses and DNS", net_out, ("resolved",), None, slow),

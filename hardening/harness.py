@@ -21,6 +21,7 @@ from hardening.corpus import Bait, Case, broken_predictions_file, build_corpus
 from hardening.repo import git
 
 ROOT = Path(__file__).resolve().parents[1]
+MAX_WRITE = "256m"  # the corpus's cap on what tests may write into the work tree (fill_disk goes past it)
 
 
 def docker_reason() -> str | None:
@@ -247,7 +248,7 @@ def run_corpus(work: Path, *, workers: int = 2, timeout: float = 20.0, run_id: s
         head_before = git(fortress.path, "rev-parse", "HEAD")
         tmpdir = work / "tmp"
         run = gagar_eval(corpus["instances"], corpus["predictions"], corpus["repos_dir"], run_id, work / "out",
-                         workers=workers, timeout=timeout, tmpdir=tmpdir)
+                         workers=workers, timeout=timeout, tmpdir=tmpdir, extra=["--max-write", MAX_WRITE])
         time.sleep(0.5)
         peers = list(lis.peers)
     by_id = {str(r["rollout_id"]): r for r in run.results}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 from trainer.config import ConfigError, load_config
 
@@ -110,6 +111,7 @@ def main(argv: list[str]) -> int:
     from trainer.loop import train
 
     hf_logging.disable_progress_bar()  # weight-loading bars would tear the live table
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
 
     view = LiveView(cfg.steps)
     try:

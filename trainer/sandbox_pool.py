@@ -52,10 +52,9 @@ class SandboxPool:
         shares: list[list[Prediction]] = [[] for _ in self.hosts]
         for iid in sorted(by_inst, key=lambda i: -len(by_inst[i])):  # largest first onto the least loaded host
             min(shares, key=len).extend(by_inst[iid])
-        jobs = [(h, s) for h, s in zip(self.hosts, shares, strict=True) if s]
+        jobs = [(k, h, s) for k, (h, s) in enumerate(zip(self.hosts, shares, strict=True)) if s]
         with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-            parts = pool.map(
-                lambda j: self._remote(j[0], instances, j[1], Path(run_dir) / f"host{self.hosts.index(j[0])}"), jobs)
+            parts = pool.map(lambda j: self._remote(j[1], instances, j[2], Path(run_dir) / f"host{j[0]}"), jobs)
         return [r for part in parts for r in part]
 
     def _remote(self, host: str, instances: dict[str, Instance], preds: list[Prediction],
