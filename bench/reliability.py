@@ -46,7 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers under load (default: cores)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reliability.json")
     p.add_argument("--keep", action="store_true", help="keep the scratch dir (logs of every run)")
+    p.add_argument("--markdown", action="store_true", help="print the figures of an existing --out as a markdown "
+                   "table (for docs/reliability.md) and exit")
     args = p.parse_args(argv)
+    if args.markdown:
+        if not args.out.is_file():
+            print(f"reliability: {args.out}: no figures yet; run `make reliability` first", file=sys.stderr)
+            return 2
+        print(markdown(json.loads(args.out.read_text())))
+        return 0
     reason = docker_reason()
     if reason:
         print(f"reliability: {reason}", file=sys.stderr)
@@ -131,6 +139,38 @@ def _figures(sections: dict[str, dict]) -> dict:
         "engine_crash_infra_errors": sections.get("engine_crash", {}).get("infra_errors"),
         "failed_checks": failed,
     }
+
+
+LABELS = {
+    "cases_tried": "cases tried (corpus + faults + grader scripts)",
+    "contained": "contained (expected outcome, nothing escaped)",
+    "known_limits": "known limits (tried, reported, not counted as contained)",
+    "lost_results": "lost results",
+    "leaked_containers": "leaked containers",
+    "leaked_volumes": "leaked volumes",
+    "leaked_temp_dirs": "leaked temp dirs",
+    "load_evaluations": "load: evaluations",
+    "load_workers": "load: workers (= cores)",
+    "load_evals_per_min": "load: evaluations per minute",
+    "load_peak_rss_mb": "load: peak memory of the gagar process (MiB, VmHWM)",
+    "load_rss_first_half_mb": "load: peak RSS, first half of the run (MiB)",
+    "load_rss_second_half_mb": "load: peak RSS, second half of the run (MiB)",
+    "load_differences_vs_1_worker": "load: results differing from a 1-worker run",
+    "corpus_peak_rss_mb": "corpus: peak memory of the gagar process (MiB; holds the 50 MB diff)",
+    "engine_crash_infra_errors": "engine crash: predictions ended as infra_error, then finished on re-run",
+    "seconds": "suite wall time (s)",
+}
+
+
+def markdown(doc: dict) -> str:
+    f = doc["figures"]
+    rows = [f"| {LABELS.get(k, k)} | {', '.join(v) if isinstance(v, list) else v} |" for k, v in f.items()
+            if k != "failed_checks"]
+    rows.append(f"| failed checks | {len(f['failed_checks'])} |")
+    m = doc.get("machine", {})
+    head = (f"Measured {doc.get('date', '')} on {m.get('cores')} cores, Python {m.get('python')}, by "
+            "`make reliability` (`bench/results/reliability.json`).\n\n| figure | value |\n|---|---|\n")
+    return head + "\n".join(rows)
 
 
 def _print(figures: dict, sections: dict) -> None:

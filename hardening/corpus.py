@@ -357,6 +357,8 @@ def _patch_cases(f: Fortress, b: Bait) -> list[Case]:
           ("rejected",), None, "symlink"),
         C("patch_symlink_up", "symlink", "adds a symlink pointing above the repo", symlink_rel, ("rejected",),
           None, "outside"),
+        C("patch_deep_path", "patch_format", "adds a file 1500 directories deep (host walks would recurse out)",
+          gold + _hand_diff("d/" * 1500 + "x.txt", ["x"]), ("rejected",), None, "deep"),
         C("patch_git_hook", "git", "adds .git/hooks/post-checkout",
           _hand_diff(".git/hooks/post-checkout", ["#!/bin/sh", f"touch {host_escaped}/hook"]), ("rejected",),
           None, ".git"),

@@ -154,3 +154,28 @@ def test_conversation_masks_only_policy_tokens(tokenizer):
     assert tokenizer.decode(conv.ids) == tokenizer.apply_chat_template(conv.messages, tokenize=False,
                                                                        add_generation_prompt=True)
     assert [t for t, m in zip(conv.ids, conv.mask, strict=True) if m] == ids
+
+
+def test_tools_keep_the_agent_inside_the_repository(tmp_path):
+    """Host-side file tools refuse paths and symlinks that lead out of the tree or into .git (no container is
+    needed for these calls: the container stand-in is never used)."""
+    from trainer.agent.tools import AgentTools
+
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    (root / "a.py").write_text("x = 1\ny = 2\n")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("top secret\n")
+    (root / "link.txt").symlink_to(outside)
+    tools = AgentTools(root, container=None, test_cmd="true")
+    assert "    2 y = 2" in tools.call("view", {"path": "a.py", "start": 2})
+    assert tools.call("edit", {"path": "a.py", "old": "y = 2", "new": "y = 3"}) == "edited a.py"
+    assert (root / "a.py").read_text() == "x = 1\ny = 3\n"
+    assert "exactly once" in tools.call("edit", {"path": "a.py", "old": "= ", "new": "="})
+    assert "outside the repository" in tools.call("view", {"path": "../secret.txt"})
+    assert "outside the repository" in tools.call("view", {"path": "link.txt"})
+    assert "outside the repository" in tools.call("edit", {"path": "link.txt", "old": "top", "new": "no"})
+    assert ".git" in tools.call("edit", {"path": ".git/config", "old": "", "new": "x"})
+    assert "bad arguments" in tools.call("view", {"path": "a.py", "start": "one"})
+    assert tools.call("edit", {"path": "pkg/new.py", "old": "", "new": "z = 0\n"}) == "created pkg/new.py"
+    assert outside.read_text() == "top secret\n"

@@ -399,6 +399,12 @@ class Trainer:
                 if step % cfg.save_every == 0 or step == cfg.steps:
                     save_checkpoint(self.out, step, self.model, self.optimizer,
                                     {"sampler": cursor, "base_model": self.base_path})
+        except BaseException:
+            if pool is not None:  # Ctrl-C: the judge thread's containers must not outlive us (nor block the join)
+                from sandbox.container import remove_live
+
+                remove_live()
+            raise
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)

@@ -53,6 +53,21 @@ class AgentTools:
             raise ToolError(f"{rel}: the .git directory is off limits")
         return p
 
+    def _open(self, p: Path, flags: int, mode: int = 0o644, dir_fd: int | None = None) -> int:
+        """Open without following a final symlink, then check where the descriptor really points: a process
+        left running in the container could swap a path component for a symlink after `_path` checked it, and
+        the host side may be root."""
+        fd = os.open(p if dir_fd is None else p.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if real != self.root and self.root not in real.parents or ".git" in real.relative_to(self.root).parts:
+            os.close(fd)
+            raise ToolError(f"{p.relative_to(self.root)}: resolves outside the repository")
+        return fd
+
+    def _read(self, p: Path) -> str:
+        with os.fdopen(self._open(p, os.O_RDONLY), "r", encoding="utf-8") as fh:
+            return fh.read()
+
     def call(self, name: str, args: dict) -> str:
         fn = {"view": self.view, "search": self.search, "edit": self.edit, "run": self.run,
               "submit": self.submit}.get(name)
@@ -60,10 +75,12 @@ class AgentTools:
             return f"error: unknown tool {name!r}; tools: view, search, edit, run, submit"
         try:
             return fn(**args)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:  # UnicodeDecodeError included: a binary file is a bad target
             return f"error: bad arguments for {name}: {exc}"
         except ToolError as exc:
             return f"error: {exc}"
+        except OSError as exc:
+            return f"error: {name}: {exc.strerror or exc}"
 
     def view(self, path: str, start: int = 1, end: int | None = None) -> str:
         p = self._path(path)
@@ -73,7 +90,7 @@ class AgentTools:
         if not p.is_file():
             raise ToolError(f"{path}: no such file")
         try:
-            lines = p.read_text(encoding="utf-8").splitlines()
+            lines = self._read(p).splitlines()
         except UnicodeDecodeError:
             raise ToolError(f"{path}: not a text file") from None
         start = max(1, int(start))
@@ -94,17 +111,23 @@ class AgentTools:
             if p.exists():
                 raise ToolError(f"{path} exists; give `old` text to replace")
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(new, encoding="utf-8")
+            dfd = self._open(p.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fd = self._open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(new)
             self._chown(p)
             return f"created {path}"
         if not p.is_file():
             raise ToolError(f"{path}: no such file")
-        text = p.read_text(encoding="utf-8")
+        text = self._read(p)
         count = text.count(old)
         if count != 1:
             raise ToolError(f"`old` occurs {count} times in {path}; it must occur exactly once (add context)")
         # Write in place so the file keeps its owner and mode (the container user must still be able to use it).
-        with open(p, "r+", encoding="utf-8") as fh:
+        with os.fdopen(self._open(p, os.O_RDWR), "r+", encoding="utf-8") as fh:
             fh.write(text.replace(old, new, 1))
             fh.truncate()
         return f"edited {path}"
@@ -112,7 +135,7 @@ class AgentTools:
     def _chown(self, p: Path) -> None:
         if os.geteuid() == 0:
             for q in [p, *[a for a in p.parents if self.root in a.parents]]:
-                os.chown(q, *self._owner)
+                os.chown(q, *self._owner, follow_symlinks=False)
 
     def run(self, command: str | None = None) -> str:
         cmd = command or self.test_cmd

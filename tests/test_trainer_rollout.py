@@ -1,0 +1,107 @@
+"""Rollout backends. The HTTP server below is a TEST STAND-IN for `vllm serve --enable-lora`: it implements the
+two endpoints the openai backend uses (`/v1/completions` with token-id prompts, `/v1/load_lora_adapter`) and
+records what it was sent, so the test checks the request shapes and the LoRA hand-over after an update."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from trainer.rollout.openai_server import OpenAIServerBackend
+
+
+class _FakeTokenizer:
+    eos_token_id = 99
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    calls: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.calls.append((self.path, body))
+        if self.path == "/v1/completions":
+            text = "ab</tool_call>" if body.get("stop") else "xyz"
+            out = {"choices": [{"text": text, "finish_reason": "stop"}]}
+        elif self.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+            if self.path == "/v1/load_lora_adapter" and not Path(body["lora_path"], "adapter.bin").is_file():
+                self.send_response(400)
+                self.end_headers()
+                return
+            out = "ok"
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        data = json.dumps(out).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+class _Adapter:
+    def save_pretrained(self, path: str) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        Path(path, "adapter.bin").write_bytes(b"weights")
+
+
+@pytest.fixture
+def server():
+    _Handler.calls = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", _Handler.calls
+    srv.shutdown()
+
+
+def test_openai_backend_sends_token_prompts_and_pushes_lora(server, tmp_path):
+    url, calls = server
+    be = OpenAIServerBackend(url, "base-model", _FakeTokenizer(), str(tmp_path))
+    [s1, s2] = be.generate([[1, 2, 3], [4]], max_new_tokens=16, temperature=0.7)
+    sent = sorted(c[1]["prompt"] for c in calls)
+    assert sent == [[1, 2, 3], [4]] and all(c[1]["model"] == "base-model" for c in calls)
+    # The server strips the eos it sampled; the backend restores it so the policy learns to stop.
+    assert s1.token_ids == [ord(c) for c in "xyz"] + [99] and s1.finish_reason == "stop"
+    [s3] = be.generate([[5]], max_new_tokens=8, temperature=1.0, stop=["</tool_call>"])
+    assert s3.text.endswith("</tool_call>") and s3.token_ids[-1] != 99
+    be.sync_weights(_Adapter(), step=3)
+    path, body = calls[-1]
+    assert path == "/v1/load_lora_adapter" and body["lora_name"] == "gagar-step-3"
+    assert Path(body["lora_path"]).is_relative_to(tmp_path.resolve())
+    be.generate([[6]], max_new_tokens=4, temperature=1.0)
+    assert calls[-1][1]["model"] == "gagar-step-3"
+    be.sync_weights(_Adapter(), step=4)  # the previous adapter is unloaded after the new one is in
+    assert [c[0] for c in calls[-2:]] == ["/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
+
+
+def test_openai_backend_reports_an_unreachable_server(tmp_path):
+    be = OpenAIServerBackend("http://127.0.0.1:9", "m", _FakeTokenizer(), str(tmp_path), timeout=2)
+    with pytest.raises(RuntimeError, match="cannot reach the rollout server"):
+        be.generate([[1]], max_new_tokens=1, temperature=1.0)
+
+
+def test_vllm_backend_explains_the_missing_extra(tmp_path):
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vLLM is installed here")
+    from trainer.config import TrainConfig
+    from trainer.rollout.vllm_engine import VLLMBackend
+
+    with pytest.raises(RuntimeError, match="gagar\\[vllm\\]"):
+        VLLMBackend(TrainConfig(), None, str(tmp_path))
