@@ -162,9 +162,15 @@ def test_resume_and_redo(task: CalcTask, tmp_path: Path) -> None:
     assert _eval(task, pp, out, "r") == 0  # nothing left to do: nothing rewritten
     assert path.read_text().splitlines() == second
     assert time.monotonic() - t0 < 60
+    logs = sorted((out / "r" / "logs").glob("*/*/run.log"))
+    assert len(logs) == 3
+    before = {p: p.stat().st_mtime_ns for p in logs}
+    time.sleep(0.05)
     assert _eval(task, pp, out, "r", "--redo") == 0
     third = path.read_text().splitlines()
-    assert len(third) == 3 and set(third).isdisjoint(second)  # new durations: every line rewritten
+    assert len(third) == 3 and sorted(json.loads(x)["rollout_id"] for x in third) == ["0", "1", "2"]
+    # --redo re-evaluates every prediction: each one's log is written again.
+    assert all(p.stat().st_mtime_ns > before[p] for p in logs)
     assert json.loads((out / "r" / "report.json").read_text())["resolved_instances"] == 3
 
 
