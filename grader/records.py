@@ -7,12 +7,12 @@ plain dicts so that JSONL files, the SFT data builder and the trainer share exac
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sandbox.report import atomic_write_text
 
 
 class InputError(ValueError):
@@ -192,17 +192,5 @@ def load_groups(path: str | Path) -> list[Group]:
 
 
 def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Write to a temporary file beside `path`, then rename, so readers never see a half-written file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSONL to a temporary file beside `path`, then rename, so readers never see a half-written file."""
+    atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

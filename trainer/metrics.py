@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from sandbox.report import atomic_write_text
 
 
 class MetricsWriter:
@@ -16,9 +17,7 @@ class MetricsWriter:
         # On resume, steps after the checkpoint were never committed: drop them so the curve has no duplicates.
         if self.path.exists():
             keep = [ln for ln in read_metrics(self.path) if ln.get("step", 0) <= start_step]
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
         self.tb = None
         if tensorboard:
             try:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from sandbox.report import atomic_write_text
 
 FORMAT = "gagar-experiment-verdicts/2"
 # 2**k - 1 subsets get graded per task; past this many passing patches that stops being "fast".
@@ -73,17 +74,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=False)
-            fh.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 def file_digest(path: Path) -> str:
