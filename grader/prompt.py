@@ -118,7 +118,9 @@ def _objects(text: str) -> list[dict[str, Any]]:
     while i != -1:
         try:
             obj, end = dec.raw_decode(text, i)
-        except json.JSONDecodeError:
+        except RecursionError:  # nesting deeper than Python's stack: garbage, and retrying is quadratic
+            return out
+        except ValueError:  # JSONDecodeError, or an integer literal too long to convert
             i = text.find("{", i + 1)
             continue
         if isinstance(obj, dict):
@@ -158,7 +160,7 @@ def _as_call(obj: dict[str, Any]) -> ToolCall | ParseError:
     if isinstance(args, str):  # OpenAI-style calls carry arguments as a JSON string
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             return ParseError("tool `arguments` is a string but not JSON")
     if not isinstance(args, dict):
         return ParseError("tool `arguments` must be a JSON object")

@@ -172,13 +172,44 @@ def _walk(root: str, sub: str) -> Any:
                 yield full
 
 
+def _nested_quantifier(pattern: str) -> bool:
+    """True when a repeated group holds a repetition or an alternation — `(a+)+`, `(x|xy)*`: the shapes that
+    make a backtracking regex take exponential time on a line a candidate patch can plant."""
+    stack: list[bool] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":  # skip a character class
+            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            j += pattern[j : j + 1] == "]"
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if ch == "(":
+            stack.append(False)
+        elif ch == ")" and stack:
+            risky = stack.pop()
+            if risky and i + 1 < n and pattern[i + 1] in "*+{":
+                return True
+            if stack:
+                stack[-1] = stack[-1] or risky
+        elif ch in "*+{|" and stack:
+            stack[-1] = True
+        i += 1
+    return False
+
+
 def tool_grep(ws: SharedWorkspace, args: dict[str, Any]) -> str:
     lab = _label(ws, args, allow_base=True)
     pattern = args.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         return "error: argument `pattern` (a regular expression) is required"
     try:
-        rx = re.compile(pattern)
+        rx = re.compile(re.escape(pattern) if _nested_quantifier(pattern) else pattern)
     except re.error:
         rx = re.compile(re.escape(pattern))
     root = str(ws.worktree(lab).resolve())

@@ -76,10 +76,16 @@ def _records(path: Path, what: str, notes: list[str]) -> list[tuple[int, dict]]:
     """(position, record) from a JSONL file, a JSON list, or a JSON dict keyed by instance_id. A broken JSONL
     line is skipped with a note naming it; the rest is used."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise InputError(f"cannot read {what} file {path}: {exc}") from exc
     import json
+
+    # A JSONL file with one line that is not UTF-8 keeps its other lines: that line alone is skipped below.
+    try:
+        text, bad_utf8 = data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, bad_utf8 = data.decode("utf-8", "surrogateescape"), True
 
     stripped = text.lstrip()
     if stripped[:1] in ("[", "{"):
@@ -87,6 +93,8 @@ def _records(path: Path, what: str, notes: list[str]) -> list[tuple[int, dict]]:
             whole = json.loads(text)
         except ValueError:
             whole = None  # JSONL whose first line is an object
+        if bad_utf8 and isinstance(whole, (list, dict)):
+            raise InputError(f"cannot read {what} file {path}: not valid UTF-8")
         if isinstance(whole, list):
             out = []
             for i, r in enumerate(whole):
@@ -107,6 +115,10 @@ def _records(path: Path, what: str, notes: list[str]) -> list[tuple[int, dict]]:
     pos = 0
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
+            continue
+        if bad_utf8 and any("\udc80" <= ch <= "\udcff" for ch in line):
+            notes.append(f"{path} line {n}: not valid UTF-8; skipped")
+            pos += 1
             continue
         try:
             r = json.loads(line)
@@ -187,6 +199,8 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("--pids-limit", type=int, default=256, help="max processes per container (default 256)")
     p.add_argument("--output-limit", default="1m", help="test output kept per run (default 1m; the rest dropped)")
     p.add_argument("--max-patch-bytes", default="1m", help="patches larger than this are rejected (default 1m)")
+    p.add_argument("--max-write", default="2g", help="data the tests may write into the work tree before the "
+                   "container is killed (default 2g; the host's disk has no other quota)")
     p.add_argument("--redo", action="store_true", help="re-evaluate predictions already in results.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
@@ -213,7 +227,8 @@ def eval_main(argv: list[str]) -> int:
         config = SandboxConfig(repos_dir=args.repos_dir.resolve(), image=args.image, memory=args.memory,
                                cpus=args.cpus, pids_limit=args.pids_limit, timeout=args.timeout,
                                max_workers=args.max_workers, output_limit_bytes=out_limit,
-                               max_patch_bytes=max_patch, run_id=args.run_id)
+                               max_patch_bytes=max_patch, max_write_bytes=parse_size(args.max_write),
+                               run_id=args.run_id)
         if config.memory_bytes < 6 << 20:
             raise ValueError("--memory must be at least 6m (Docker's minimum)")
     except ValueError as exc:
@@ -234,6 +249,8 @@ def eval_main(argv: list[str]) -> int:
         print(f"{prog}: warning: {n}", file=sys.stderr)
     if not instances:
         return _err(prog, f"{args.instances}: no instances")
+    if not predictions:
+        return _err(prog, f"{args.predictions}: no predictions to evaluate")
     unknown = sorted({pr.instance_id for pr in predictions if pr.instance_id not in instances})
     if unknown:
         print(f"{prog}: warning: {len(unknown)} prediction instance id(s) not in {args.instances}, not evaluated: "

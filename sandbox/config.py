@@ -30,6 +30,9 @@ class SandboxConfig:
     timeout: float = 600.0
     max_workers: int = 1
     output_limit_bytes: int = 1 << 20
+    # Bytes the tests may add to the host-mounted work tree + report dir; past it the container is killed
+    # (a bind mount has no quota: unchecked, a test could fill the host's disk).
+    max_write_bytes: int = 2 << 30
     max_patch_bytes: int = 1 << 20
     network: str = "none"
     tmpfs_size: str = "512m"

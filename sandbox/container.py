@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import re
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -100,6 +101,7 @@ class RunOutcome:
     output: str
     timed_out: bool = False
     oom_killed: bool = False
+    write_limit_hit: bool = False
     output_bytes: int = 0
     truncated: bool = False
     duration_s: float = 0.0
@@ -206,6 +208,7 @@ class PreparedRun:
                  env: dict[str, str] | None = None, name_hint: str = "run") -> None:
         self.config = config
         self._c = client(http_timeout=config.timeout + 120)
+        self._mounted = (Path(testbed), Path(report_dir))
         mounts = {str(testbed): {"bind": TESTBED, "mode": "rw"}, str(report_dir): {"bind": REPORT, "mode": "rw"}}
         full_env = {"HOME": "/tmp", "GAGAR_REPORT_DIR": REPORT, **(env or {})}
         self.cid: str | None = _create(self._c, image, config, command=["bash", "-c", _HOLD, command],
@@ -267,6 +270,8 @@ class PreparedRun:
             except OSError as exc:
                 raise SandboxInfraError(f"the test container did not take the start signal ({exc})") from exc
             self._close_stdin()  # the tests see EOF on stdin, as with `docker run` without -i
+            watch = _WriteWatch(cid, self._mounted, self.config.max_write_bytes)
+            watch.start()
             timed_out = False
             exit_code: int | None = None
             try:
@@ -277,6 +282,8 @@ class PreparedRun:
                     c.api.kill(cid)
                 except docker.errors.APIError:
                     pass  # it exited just now
+            finally:
+                watch.stop()
             duration = time.monotonic() - t0
             reader.join(timeout=30)
             stream.close()
@@ -288,6 +295,7 @@ class PreparedRun:
                 output=cap.text(),
                 timed_out=timed_out,
                 oom_killed=bool(state.get("OOMKilled")),
+                write_limit_hit=watch.tripped,
                 output_bytes=cap.total,
                 truncated=cap.truncated,
                 duration_s=duration,
@@ -298,6 +306,40 @@ class PreparedRun:
             # `docker rm` of an exited container takes ~0.1 s the caller need not wait for; it stays in the
             # live set until removed, so the signal handlers and janitor.drain() still cover it.
             self.discard(background=background_remove)
+
+
+def _disk_bytes(paths: tuple[Path, ...]) -> int:
+    """Disk use under `paths`, each entry counted as at least one 4 KiB block so that a flood of empty files
+    (inodes) counts too. GNU find walks trees of any depth (a test can nest directories past PATH_MAX, where
+    os.walk recurses out) and never follows symlinks."""
+    proc = subprocess.run(["find", *map(str, paths), "-xdev", "-printf", "%b\n"], capture_output=True, text=True)
+    return sum(max(int(b) * 512, 4096) for b in proc.stdout.split() if b.isdigit())
+
+
+class _WriteWatch(threading.Thread):
+    """Kills the container once the tests have added more than `limit` bytes (or files) under the host mounts. A bind
+    mount has no quota, so without this a test could fill the host's disk (it writes ~1 GB/s). Polled twice a
+    second: the overshoot is what the tests write in that time."""
+
+    def __init__(self, cid: str, paths: tuple[Path, ...], limit: int, interval: float = 0.5) -> None:
+        super().__init__(daemon=True, name="gagar-write-watch")
+        self.cid, self.paths, self.limit, self.interval = cid, paths, limit, interval
+        self.tripped = False
+        self._stop = threading.Event()
+        self._base = _disk_bytes(paths) if limit > 0 else 0
+
+    def run(self) -> None:
+        while self.limit > 0 and not self._stop.wait(self.interval):
+            if _disk_bytes(self.paths) - self._base > self.limit:
+                self.tripped = True
+                try:
+                    client().api.kill(self.cid)  # this thread's own client: the SDK's are per thread
+                except (docker.errors.DockerException, requests.RequestException, SandboxInfraError):
+                    pass  # it exited just now, or the engine is gone: the waiter finds out
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def run_tests(

@@ -33,6 +33,7 @@ DEFAULT_MAX_BYTES = 10 * 2**20
 SYMLINK_MODE = "120000"
 GITLINK_MODE = "160000"
 DEV_NULL = "/dev/null"
+MAX_PATH_DEPTH = 128
 
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _GIT_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
@@ -151,6 +152,9 @@ def _check_name(name: str, where: str, *, prefixed: bool) -> str | None:
         raise PatchRejected(f"{where}: path {_show(name)} contains a '..' component; paths must stay inside the repository")
     if any(p.lower() == ".git" for p in parts):
         raise PatchRejected(f"{where}: path {_show(name)} writes into a .git directory, which patches may not touch")
+    if len(parts) > MAX_PATH_DEPTH:  # the host walks the tree after applying: keep it within Python's stack
+        raise PatchRejected(f"{where}: path {_show(name[:60])}... is {len(parts)} directories deep; the limit is "
+                            f"{MAX_PATH_DEPTH}")
     if not rel or rel.endswith("/") or all(p in ("", ".") for p in parts):
         raise PatchRejected(f"{where}: path {_show(name)} does not name a file")
     return rel

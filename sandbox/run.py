@@ -8,6 +8,7 @@ base copy of a group is shared while its rollouts run and removed when its last 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import threading
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import docker.errors
+import requests
 
 from sandbox import container as ctr
 from sandbox.config import SandboxConfig
@@ -31,6 +33,7 @@ from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, janitor
 
 log = logging.getLogger(__name__)
 
+REPORT_MAX_FILES, REPORT_MAX_DEPTH = 1000, 8
 REPORT_FILE_CAP = 8 << 20  # bytes of structured reports copied into the logs per prediction
 GO_ENV = {"GOCACHE": "/tmp/gocache", "GOPATH": "/tmp/go", "GOFLAGS": "-mod=mod", "GOPROXY": "off"}
 
@@ -189,13 +192,29 @@ def _log_dir(run_dir: Path | None, pred: Prediction) -> Path | None:
 
 
 def _collect_reports(src: Path, dst: Path) -> None:
-    budget = REPORT_FILE_CAP
-    for p in sorted(src.rglob("*")):
-        if p.is_file() and not p.is_symlink() and p.stat().st_size <= budget:
-            target = dst / "report" / p.relative_to(src)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(p, target)
-            budget -= p.stat().st_size
+    """Copy the report dir into the logs. The tests control it: only regular files, at most REPORT_FILE_CAP
+    bytes, REPORT_MAX_FILES files and REPORT_MAX_DEPTH levels (walked without recursion: a test can nest
+    directories deeper than Python's stack), never following links."""
+    budget, files = REPORT_FILE_CAP, 0
+    stack = [(src, 0)]
+    while stack and files < REPORT_MAX_FILES:
+        d, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if depth < REPORT_MAX_DEPTH:
+                    stack.append((Path(e.path), depth + 1))
+            elif e.is_file(follow_symlinks=False) and files < REPORT_MAX_FILES:
+                size = e.stat(follow_symlinks=False).st_size
+                if size <= budget:
+                    target = dst / "report" / Path(e.path).relative_to(src)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(e.path, target, follow_symlinks=False)
+                    budget -= size
+                    files += 1
 
 
 def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: SandboxConfig, image: str,
@@ -260,7 +279,7 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
         res.patch_successfully_applied = True
         try:
             restored = restore_task_tests(tree, base_commit=instance.base_commit, test_patch=instance.test_patch,
-                                          model_patch_info=info)
+                                          model_patch_info=info, extra_protected=_test_files(instance))
         except TestPatchFailed as exc:
             return finish("infra_error", f"the task's own test_patch does not apply: {exc}")
         notes.append(f"== restore tests (touched: {', '.join(restored.touched) or 'none'}):\n{restored.log}")
@@ -283,6 +302,9 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
             res.exit_code = None
             return finish("timeout", f"the tests ran past the {config.timeout:g}s timeout; the container was killed")
         res.exit_code = outcome.exit_code
+        if outcome.write_limit_hit:
+            return finish("unresolved", f"the tests wrote more than {config.max_write_bytes / 2**20:g} MiB into the "
+                          "work tree (files count 4 KiB each); the container was killed before the host's disk filled up")
         # pytest was told (PYTEST_ADDOPTS) to write a report: without one, the suite did not run.
         parsed = parse_results(framework, outcome.output, report_dir, require_report=framework == "pytest")
         graded = grade(instance, parsed, exit_code=outcome.exit_code)
@@ -301,6 +323,11 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
         if stop.is_set():
             raise _Interrupted from exc
         return finish("infra_error", str(exc))
+    except requests.RequestException as exc:  # the SDK lets connection errors through unwrapped
+        if stop.is_set():
+            raise _Interrupted from exc
+        return finish("infra_error", f"lost the Docker engine mid-run ({type(exc).__name__}: {exc}); re-run the "
+                      "same command to retry this prediction")
     except Exception as exc:  # a bug or an unforeseen repo state: record it, keep the run going
         if stop.is_set():
             raise _Interrupted from exc
@@ -315,6 +342,35 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
         if not taken:
             group.skip()
         group.release()
+
+
+def _test_files(instance: Instance) -> list[str]:
+    """The test files the task's pytest ids name (`path::test`): protected like test_patch's files, so a patch
+    cannot edit a PASS_TO_PASS test that test_patch does not touch to hide a regression."""
+    if (instance.test_framework or "").lower() != "pytest":
+        return []
+    out = set()
+    for tid in [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]:
+        path = tid.split("::", 1)[0]
+        if "::" in tid and path.endswith(".py") and not path.startswith("/") and ".." not in path.split("/"):
+            out.add(path)
+    return sorted(out)
+
+
+def _remove_stale_containers(run_id: str) -> None:
+    """Remove this run's containers that are not running: what a killed process or a dead Docker engine left
+    behind. A run id belongs to one process at a time, so these are leftovers of an earlier try."""
+    try:
+        c = ctr.client()
+        rows = c.api.containers(all=True, filters={"label": [f"{ctr.RUN_LABEL}={run_id}"],
+                                                   "status": ["exited", "dead", "created"]})
+    except (ctr.SandboxInfraError, docker.errors.DockerException, requests.RequestException):
+        return
+    for row in rows:
+        try:
+            c.api.remove_container(row["Id"], force=True, v=True)
+        except (docker.errors.DockerException, requests.RequestException):
+            pass
 
 
 @contextmanager
@@ -365,6 +421,13 @@ def evaluate_predictions(
         if redo:
             writer.drop(set(keys))
         done = read_results(writer.path)
+        # An infra_error says nothing about the patch (the engine died, an image was missing): a re-run retries
+        # it, replacing its line rather than adding a second one.
+        retry = {k for k in keys if k in done and done[k].status == "infra_error"}
+        if retry:
+            writer.drop(retry)
+            done = {k: r for k, r in done.items() if k not in retry}
+        _remove_stale_containers(config.run_id)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
     # Group by instance, keeping first-seen order, so one group's rollouts run together.
     order: dict[str, list[Prediction]] = {}
