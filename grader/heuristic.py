@@ -60,6 +60,15 @@ def weights_for(tiers: dict[str, int]) -> dict[str, float]:
     return {k: TIER_WEIGHTS[t] for k, t in tiers.items()}
 
 
+def append_unapplied(ranking: list[str], tiers: dict[str, int], evidence: dict[str, list[str]],
+                     failed: dict[str, str]) -> None:
+    """Candidates whose patch was refused or did not apply go last, in tier 3, with the reason as evidence."""
+    for rid in sorted(failed):
+        ranking.append(rid)
+        tiers[rid] = 3
+        evidence[rid] = [f"patch: {failed[rid]}"]
+
+
 def score(f: CandidateFeatures) -> float:
     n_files = len(f.files)
     s = LINE_COST * (f.added + f.removed) + FILE_COST * max(0, n_files - 1) + HUNK_COST * max(0, f.hunks - n_files)
@@ -97,10 +106,7 @@ def rank_features(
         gap = round(scores[rid] - best, 4)
         tiers[rid] = 1 if gap <= TIER1_GAP else 2 if gap <= TIER2_GAP else 3
         evidence[rid] = _evidence(ok[rid], gap)
-    for rid in sorted(failed):
-        ranking.append(rid)
-        tiers[rid] = 3
-        evidence[rid] = [f"patch: {failed[rid]}"]
+    append_unapplied(ranking, tiers, evidence, failed)
     return Grading(
         instance_id=instance_id,
         ranking=ranking,

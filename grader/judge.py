@@ -16,7 +16,7 @@ from typing import Any
 
 from grader.aggregate import aggregate_tiers, agreement, borda
 from grader.backends import BackendError, ChatBackend
-from grader.heuristic import rank_workspace, weights_for
+from grader.heuristic import append_unapplied, rank_workspace, weights_for
 from grader.prompt import (
     Answer,
     ParseError,
@@ -151,10 +151,7 @@ class LLMJudge:
         for run in good:
             for rid, ev in run.evidence.items():
                 evidence[rid].extend(e for e in ev if e not in evidence[rid])
-        for rid in sorted(ws.failed):
-            ranking.append(rid)
-            tiers[rid] = 3
-            evidence[rid] = [f"patch: {ws.failed[rid]}"]
+        append_unapplied(ranking, tiers, evidence, ws.failed)
         return Grading(
             instance_id=iid,
             ranking=ranking,
