@@ -14,11 +14,10 @@ import signal
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import docker.errors
@@ -26,10 +25,11 @@ import requests
 
 from sandbox import container as ctr
 from sandbox.config import SandboxConfig
+from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.images import ImageError, select_image
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
 from sandbox.report import ResultWriter, atomic_write_text, build_report, read_results
-from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, janitor, remove_tree
+from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -40,121 +40,6 @@ GO_ENV = {"GOCACHE": "/tmp/gocache", "GOPATH": "/tmp/go", "GOFLAGS": "-mod=mod",
 
 class _Interrupted(Exception):
     """The run is stopping (Ctrl-C / SIGTERM): the prediction in flight is not recorded, so resume redoes it."""
-
-
-@dataclass
-class _Slot:
-    """A mount point pair and the container already started on it, waiting for its tests."""
-
-    tree: Path
-    report: Path
-    run: Future
-
-
-class _Group:
-    """One instance's shared workspace, opened by the first rollout that needs it, closed by the last; it also
-    keeps up to `max_workers` containers started ahead (`take()` hands one out), so a rollout never waits for
-    a container start while the previous one runs its tests."""
-
-    def __init__(self, instance: Instance, n: int, config: SandboxConfig, image: str | None,
-                 env: dict[str, str], starter: ThreadPoolExecutor) -> None:
-        self.instance = instance
-        self.remaining = n
-        self.untaken = n
-        self.config = config
-        self.image = image
-        self.env = env
-        self.starter = starter
-        self.lock = threading.Lock()
-        self.ws: GroupWorkspace | None = None
-        self.error: str | None = None
-        self.spares: deque[_Slot] = deque()
-        self.next: _Group | None = None
-
-    def open(self) -> GroupWorkspace:
-        with self.lock:
-            if self.ws is None and self.error is None:
-                ws = GroupWorkspace(Path(self.config.repos_dir), self.instance.repo, self.instance.base_commit)
-                try:
-                    self.ws = ws.__enter__()
-                except (WorkspaceError, OSError) as exc:
-                    self.error = str(exc)
-                else:
-                    self._top_up()
-            if self.error is not None:
-                raise WorkspaceError(self.error)
-            return self.ws
-
-    def _spawn(self) -> _Slot:
-        assert self.ws is not None
-        tree, report = self.ws.new_dir("s"), self.ws.new_dir("report")
-        hand_over(tree)
-        hand_over(report)
-        fut = self.starter.submit(ctr.PreparedRun, self.image, tree, report, self.instance.test_cmd, self.config,
-                                  env=self.env, name_hint=self.instance.instance_id)
-        return _Slot(tree, report, fut)
-
-    def _top_up(self) -> None:
-        if not self.image or not self.instance.test_cmd.strip():
-            return
-        while self.ws is not None and len(self.spares) < min(self.config.max_workers, self.untaken):
-            self.spares.append(self._spawn())
-
-    def take(self) -> _Slot:
-        with self.lock:
-            self.untaken -= 1
-            slot = self.spares.popleft() if self.spares else self._spawn()
-            self._top_up()
-            self._prefetch_next()
-            return slot
-
-    def skip(self) -> None:
-        """A rollout that will not run tests (empty, rejected): one spare fewer is needed."""
-        with self.lock:
-            self.untaken -= 1
-            self._prefetch_next()
-
-    def _prefetch_next(self) -> None:
-        """Once this group's last rollout has its container, get the next group's repo and containers ready."""
-        if self.untaken == 0 and self.next is not None:
-            nxt, self.next = self.next, None
-
-            def open_quietly() -> None:
-                try:
-                    nxt.open()
-                except WorkspaceError:
-                    pass  # recorded in nxt.error; its rollouts report it
-
-            self.starter.submit(open_quietly)
-
-    def release(self) -> None:
-        with self.lock:
-            self.remaining -= 1
-            if self.remaining == 0 and self.ws is not None:
-                self._close_locked()
-
-    def close(self) -> None:
-        with self.lock:
-            self._close_locked()
-
-    def _close_locked(self) -> None:
-        while self.spares:
-            _discard(self.spares.popleft())
-        if self.ws is not None:
-            self.ws.close(background=True)
-            self.ws = None
-
-
-def _discard(slot: _Slot) -> None:
-    """Remove a started-ahead container that will not be used (in the background: it may still be starting)."""
-
-    def later() -> None:
-        try:
-            slot.run.result().discard()
-        except Exception:  # noqa: BLE001 - it never started; nothing to remove
-            pass
-
-    janitor.submit(later, kind="container")
 
 
 def _test_env(instance: Instance) -> dict[str, str]:
@@ -217,7 +102,7 @@ def _collect_reports(src: Path, dst: Path) -> None:
                     files += 1
 
 
-def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: SandboxConfig, image: str,
+def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, config: SandboxConfig, image: str,
                  log_dir: Path | None, stop: threading.Event) -> EvalResult:
     """Evaluate one prediction end to end; every failure becomes a status, never an exception (except stop)."""
     from sandbox.apply import TestPatchFailed, apply_patch, restore_task_tests
@@ -243,7 +128,7 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
     patch = pred.model_patch or ""
     tree: Path | None = None
     report_dir: Path | None = None
-    slot: _Slot | None = None
+    slot: Slot | None = None
     taken = False
     try:
         if log_dir is not None:
@@ -335,7 +220,7 @@ def evaluate_one(instance: Instance, pred: Prediction, group: _Group, config: Sa
         return finish("infra_error", f"internal error: {type(exc).__name__}: {exc}")
     finally:
         if slot is not None:  # taken but never started (patch failed, rejected after apply, error)
-            _discard(slot)
+            discard_slot(slot)
         for p in (tree, report_dir):
             if p is not None:
                 janitor.submit(remove_tree, p)
@@ -446,7 +331,7 @@ def evaluate_predictions(
         if img and missing.get(img):
             image_errors[iid] = missing[img]
     starter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gagar-start")
-    groups = {iid: _Group(instances[iid], len(ps), config, None if iid in image_errors else images[iid],
+    groups = {iid: RolloutGroup(instances[iid], len(ps), config, None if iid in image_errors else images[iid],
                           _test_env(instances[iid]), starter) for iid, ps in order.items()}
     chain = list(groups.values())
     for g, nxt in zip(chain, chain[1:], strict=False):
