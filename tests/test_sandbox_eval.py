@@ -155,13 +155,11 @@ def test_resume_and_redo(task: CalcTask, tmp_path: Path) -> None:
     assert len(first) == 3
     # A crash mid-write: the last line is cut short. Resume must redo exactly that one.
     path.write_text("\n".join(first[:2]) + "\n" + first[2][:25])
-    t0 = time.monotonic()
     assert _eval(task, pp, out, "r") == 0
     second = path.read_text().splitlines()
     assert second[:2] == first[:2] and len(second) == 3 and json.loads(second[2])["status"] == "resolved"
     assert _eval(task, pp, out, "r") == 0  # nothing left to do: nothing rewritten
     assert path.read_text().splitlines() == second
-    assert time.monotonic() - t0 < 60
     logs = sorted((out / "r" / "logs").glob("*/*/run.log"))
     assert len(logs) == 3
     before = {p: p.stat().st_mtime_ns for p in logs}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -62,9 +61,8 @@ def test_built_images_are_current_and_skipped() -> None:
 
     client = docker.from_env()
     for recipe in RECIPES.values():
-        t0 = time.monotonic()
         ref, built = build_image(recipe, client=client, say=lambda _: None)
-        assert not built and time.monotonic() - t0 < 5, "an up-to-date image must not be rebuilt"
+        assert not built, "an up-to-date image must not be rebuilt"
         img = client.images.get(ref)
         assert img.labels["gagar.recipe"] == recipe.hash
         assert f"{recipe.name}:latest" in img.tags and ref in img.tags
