@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -207,11 +205,9 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.docker
-def test_real_sandbox_and_grader_build_a_verdict_cache(tmp_path):
+def test_real_sandbox_and_grader_build_a_verdict_cache(tmp_path, bundled_tasks):
     """One bundled Python task through the real sandbox and the real heuristic grader."""
-    tasks = tmp_path / "tasks"
-    subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(tasks)], check=True,
-                   capture_output=True)
+    tasks = bundled_tasks
     instances = [json.loads(line) for line in (tasks / "instances.jsonl").read_text().splitlines() if line]
     iid = next(i["instance_id"] for i in instances if i.get("language", "python") == "python")
     cache = build_verdicts(tasks, instance_ids=[iid], max_workers=2)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from task_fixtures import build_bundled_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 GIT_ENV = {
@@ -13,7 +14,6 @@ GIT_ENV = {
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
 }
-_TASKS: dict[str, Path] = {}
 
 
 def git(repo: Path, *args: str) -> str:
@@ -51,12 +51,7 @@ def make_patch(repo: Path, changes: dict[str, str | None]) -> str:
 
 def bundled_tasks(base: Path) -> Path:
     """Build the bundled tasks once per test session (examples/build_tasks.py, offline and fast)."""
-    if "dir" not in _TASKS:
-        out = base / "grader-tasks"
-        subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(out)],
-                       check=True, capture_output=True, text=True, timeout=600)
-        _TASKS["dir"] = out
-    return _TASKS["dir"]
+    return build_bundled_tasks(base)
 
 
 CALC = '''def add(a, b):

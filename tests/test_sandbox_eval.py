@@ -207,12 +207,10 @@ def test_sigterm_removes_containers_and_keeps_resume_state(task: CalcTask, tmp_p
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_bundled_tasks_give_expected_statuses(tmp_path: Path) -> None:
+def test_bundled_tasks_give_expected_statuses(tmp_path: Path, bundled_tasks: Path) -> None:
     """A covering subset in CI (every expected status, every language); every rollout with GAGAR_FULL=1."""
     require_docker()
-    tasks = tmp_path / "tasks"
-    subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(tasks)], check=True,
-                   capture_output=True)
+    tasks = bundled_tasks
     expected = [json.loads(ln) for ln in (tasks / "expected.jsonl").read_text().splitlines() if ln.strip()]
     lang = {json.loads(ln)["instance_id"]: json.loads(ln).get("language")
             for ln in (tasks / "instances.jsonl").read_text().splitlines() if ln.strip()}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,14 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tasks")
-    subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(out)],
-        check=True,
-        capture_output=True,
-    )
-    return out
+def tasks(bundled_tasks):
+    return bundled_tasks
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -183,14 +182,8 @@ def _assert_parses(tree: Path, lang: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def bundled(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tasks")
-    subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(out)],
-        check=True,
-        capture_output=True,
-    )
-    return out
+def bundled(bundled_tasks):
+    return bundled_tasks
 
 
 def test_bundled_variants(bundled):

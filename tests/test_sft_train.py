@@ -4,8 +4,6 @@ generates, a run resumes from its checkpoint, and `gagar sft eval` prints the ju
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,14 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, bundled_tasks):
     base = tmp_path_factory.mktemp("sfttrain")
-    tasks = base / "tasks"
-    subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(tasks)],
-        check=True,
-        capture_output=True,
-    )
+    tasks = bundled_tasks
     data = base / "data"
     # One short variant per group keeps the records ~2k tokens: the CPU steps stay fast.
     assert (
