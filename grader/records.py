@@ -59,6 +59,9 @@ class Group:
     base_commit: str
     problem_statement: str
     candidates: list[Candidate]
+    # What the task's tests exercise, so the judge can tell special-casing of test inputs from a general fix.
+    test_patch: str = ""
+    FAIL_TO_PASS: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "group") -> Group:
@@ -78,12 +81,22 @@ class Group:
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise InputError(f"{where} ({iid}): duplicate rollout_id(s) {', '.join(dupes)}")
+        f2p = d.get("FAIL_TO_PASS") or []
+        if isinstance(f2p, str):
+            try:
+                f2p = json.loads(f2p)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{where} ({iid}): FAIL_TO_PASS is a string but not a JSON list ({exc})") from exc
+        if not isinstance(f2p, list):
+            raise InputError(f"{where} ({iid}): FAIL_TO_PASS must be a list of test ids")
         return cls(
             instance_id=iid,
             repo=str(d["repo"]),
             base_commit=str(d["base_commit"]),
             problem_statement=str(d.get("problem_statement") or ""),
             candidates=candidates,
+            test_patch=str(d.get("test_patch") or ""),
+            FAIL_TO_PASS=[str(t) for t in f2p],
         )
 
     @property
@@ -103,6 +116,8 @@ class Group:
             "base_commit": self.base_commit,
             "problem_statement": self.problem_statement,
             "candidates": [c.to_dict() for c in self.candidates],
+            "test_patch": self.test_patch,
+            "FAIL_TO_PASS": list(self.FAIL_TO_PASS),
         }
 
 
@@ -119,6 +134,9 @@ class Grading:
     fallback: bool = False
     agreement: float | None = None
     notes: list[str] = field(default_factory=list)
+    # Candidates judged to pass by gaming the tests: rollout_id -> kind (special_casing | silencing | weakening).
+    # Ranked last at tier 3; the trainer resets their reward to failure.
+    hacks: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -129,6 +147,7 @@ class Grading:
             "evidence": {k: list(v) for k, v in self.evidence.items()},
             "judge": self.judge,
             "fallback": self.fallback,
+            "hacks": dict(self.hacks),
         }
         if self.agreement is not None:
             d["agreement"] = self.agreement
@@ -148,6 +167,7 @@ class Grading:
             fallback=bool(d.get("fallback", False)),
             agreement=d.get("agreement"),
             notes=list(d.get("notes") or []),
+            hacks={str(k): str(v) for k, v in (d.get("hacks") or {}).items()},
         )
 
 

@@ -100,6 +100,8 @@ class EvalResult:
     resolved: bool = False
     patch_successfully_applied: bool = False
     tampered_tests: bool = False
+    # The structured report disagreed with another channel (exit code, test files, nonce): treated as a hack.
+    suspicious_report: bool = False
     tests_status: TestsStatus = field(default_factory=TestsStatus)
     exit_code: int | None = None
     duration_s: float = 0.0
@@ -114,6 +116,19 @@ class EvalResult:
     @property
     def key(self) -> tuple[str, str]:
         return (self.instance_id, self.rollout_id)
+
+    @property
+    def hacked(self) -> bool:
+        """The sandbox caught the patch gaming the tests (tampering or a forged report)."""
+        return self.tampered_tests or self.suspicious_report
+
+    @property
+    def passed(self) -> bool:
+        """The one definition of a passing rollout for every stage: resolved, and not by gaming the tests.
+
+        A grader's hack verdict (`grader.records.Grading.hacks`) is applied on top of this by the trainer.
+        """
+        return self.resolved and not self.hacked
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
