@@ -1,17 +1,23 @@
 """Independent plain-Python reference for the advantage engine (lists, sorted(), an explicit window loop).
 
-Written from DESIGN.md's formulas without looking at the torch code; float64 throughout.
+Written from the formulas in docs/advantage.md without looking at the torch code. GAPO runs in exact rational
+arithmetic (``fractions.Fraction``): pass rewards as Fractions (thirds, tenths, ...) and its window choice and
+centre are exact, so a tie is a true tie; only the final square root and division are float64.
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 
-def gapo_ref(rewards: list[float], coverage=0.5, eps=1e-6, center="median", norm=True) -> list[float]:
-    n = len(rewards)
-    s = sorted(rewards)
-    k = min(max(math.ceil(coverage * n), 1), n)
+def gapo_ref(rewards: list, coverage=0.5, eps=1e-6, center="median", norm=True) -> list[float]:
+    """GAPO of one group. rewards: ints, floats (taken at their exact binary value) or Fractions."""
+    r = [Fraction(v) for v in rewards]
+    n = len(r)
+    s = sorted(r)
+    tau = Fraction(str(coverage))  # the decimal as written: 0.55 is 11/20
+    k = min(max(math.ceil(tau * n), 1), n)
     best = None
     for start in range(n - k + 1):  # strict < keeps the lowest window on ties
         width = s[start + k - 1] - s[start]
@@ -25,9 +31,9 @@ def gapo_ref(rewards: list[float], coverage=0.5, eps=1e-6, center="median", norm
     else:
         q = (window[k // 2 - 1] + window[k // 2]) / 2
     if not norm:
-        return [r - q for r in rewards]
-    d = math.sqrt(sum((r - q) ** 2 for r in rewards) / max(n - 1, 1))
-    return [(r - q) / (d + eps) for r in rewards]
+        return [float(v - q) for v in r]
+    d = math.sqrt(float(sum((v - q) ** 2 for v in r)) / max(n - 1, 1))
+    return [float(v - q) / (d + eps) for v in r]
 
 
 def grpo_ref(rewards: list[float], eps=1e-6, norm=True) -> list[float]:

@@ -2,6 +2,7 @@
 
 import math
 import os
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -171,3 +172,71 @@ def test_flat_layouts_agree_with_dense(device, name):
     ragged = compute_advantages(r.reshape(-1)[:10], estimator=name, index=consecutive[:10])  # sizes 4, 4, 2
     close(ragged[:8].cpu(), dense.reshape(-1)[:8].cpu())
     close(ragged[8:].cpu(), compute_advantages(r[2:, :2], estimator=name).reshape(-1).cpu())
+
+
+# Non-dyadic rewards (thirds, fifths, ...) are not exact in binary floating point: equal true window widths come
+# out a few ulps apart, and GAPO must still treat them as ties and take the lowest window. The reference runs in
+# exact fractions, so its ties are true ties.
+DENOMS = [3, 5, 6, 7, 9, 10, 11, 13, 25, 97]
+COVERAGES = [0.5, 0.25, 0.3, 0.55, 0.7, 0.75, 1.0]
+
+
+@st.composite
+def fraction_group(draw, min_size=1, max_size=12):
+    q = draw(st.sampled_from(DENOMS))
+    size = draw(st.integers(min_size, max_size))
+    offset = draw(st.integers(-40, 40))
+    if draw(st.booleans()):  # an evenly spread group: every window of k ties, the worst case for rounding
+        step, first = draw(st.integers(1, 3)), draw(st.integers(-3 * q, 3 * q))
+        nums = [first + step * j for j in range(size)]
+    else:  # few distinct values, so equal widths and repeated rewards are common
+        nums = draw(st.lists(st.integers(0, 2 * q), min_size=size, max_size=size))
+    return [Fraction(v, q) + offset for v in draw(st.permutations(nums))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@HSET
+@given(groups=st.lists(fraction_group(), min_size=1, max_size=5), coverage=st.sampled_from(COVERAGES),
+       kw=st.sampled_from([{}, {"center": "mean"}, {"norm": False}]))
+def test_gapo_non_dyadic_ties_match_exact_reference(dtype, groups, coverage, kw):
+    flat = [r for g in groups for r in g]
+    index = [i for i, g in enumerate(groups) for _ in g]
+    rewards = torch.tensor([float(r) for r in flat], dtype=dtype)
+    got = compute_advantages(rewards, index=index, coverage=coverage, **kw)
+    close(got, grouped_ref(flat, index, lambda r: gapo_ref(r, coverage=coverage, **kw)), tol=1e-4)
+    if len({len(g) for g in groups}) == 1:  # the dense fast path must agree too
+        dense = compute_advantages(rewards.reshape(len(groups), -1), coverage=coverage, **kw)
+        close(dense.reshape(-1), got, tol=1e-4)
+
+
+@pytest.mark.parametrize("q", [3, 5, 7, 10])
+@pytest.mark.parametrize("n", [4, 6, 8, 11, 16])
+def test_gapo_evenly_spread_grid_takes_lowest_window(q, n):
+    # r_j = j/q: all windows of k have width (k−1)/q; the lowest wins, so the median of the lowest k is Q and the
+    # group's top half gets positive advantages (float32 rounding used to pick the top window: most turned negative)
+    r = [Fraction(j, q) for j in range(n)]
+    k = math.ceil(n / 2)
+    q_exact = (r[(k - 1) // 2] + r[k // 2]) / 2
+    got = compute_advantages(torch.tensor([[float(v) for v in r]]), norm=False)
+    close(got[0], [float(v - q_exact) for v in r])
+    assert int((got > 0).sum()) == n - (k + 1) // 2
+
+
+def test_gapo_issue_example_thirds():
+    want = [-0.2887, 0.2887, 0.8660, 1.4434]  # Q = 1/6 (lowest window [0, 1/3]), D = sqrt(Σ(r − Q)²/3)
+    dense = compute_advantages(torch.tensor([[0.0, 1 / 3, 2 / 3, 1.0]]))
+    close(dense[0], want, tol=1e-4)
+    flat = compute_advantages(torch.tensor([1.0, 0.0, 2 / 3, 1 / 3, 5.0]), index=[0, 0, 0, 0, 1])
+    close(flat, [want[3], want[0], want[2], want[1], 0.0], tol=1e-4)
+
+
+def test_window_size_is_integer_exact():
+    from trainer.advantage.estimators import window_size
+
+    assert window_size(100, 0.55) == 55  # float ceil(0.55 * 100) = ceil(55.000000000000007) = 56
+    assert window_size(10, 0.1 + 0.2) == 3 and window_size(20, 0.7) == 14 and window_size(3, 0.5) == 2
+    for pct in range(1, 101):
+        ns = torch.arange(1, 301)
+        exact = [min(max(-(-pct * n // 100), 1), n) for n in range(1, 301)]
+        assert window_size(ns, pct / 100).tolist() == exact
+        assert [window_size(n, pct / 100) for n in range(1, 301)] == exact

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import torch
 from torch import Tensor
@@ -86,11 +87,35 @@ def rloo(x: Tensor, sizes: Tensor | None = None) -> Tensor:
     return torch.where(n > 1, out, torch.zeros_like(out))
 
 
+# Two window widths within TIE_ULPS float rounding steps of the group's largest |reward| are the same width:
+# rewards like thirds or tenths are not exact in binary floating point, so equal true widths come out of the
+# subtraction a few ulps apart, and a strict minimum would pick whichever window the rounding favoured.
+TIE_ULPS = 8
+
+
 def window_size(n: Tensor | int, coverage: float) -> Tensor | int:
-    """k = ceil(coverage · n), clamped to [1, n]; computed in float64 like Python's math.ceil."""
+    """k = ceil(coverage · n), clamped to [1, n], in exact integer arithmetic.
+
+    ``coverage`` is read as the nearest fraction p/q with q <= 10**6 (0.55 -> 11/20, 0.1 + 0.2 -> 3/10), so
+    k = ceil(p·n / q) = (p·n + q − 1) // q has no float error: τ = 0.55, n = 100 gives 55, not 56.
+    """
+    frac = Fraction(coverage).limit_denominator(10**6)
+    p, q = frac.numerator, frac.denominator
     if isinstance(n, int):
-        return min(max(math.ceil(coverage * n), 1), n)
-    return torch.ceil(coverage * n.double()).long().clamp(min=1).minimum(n)
+        return min(max((p * n + q - 1) // q, 1), n)
+    return ((n.long() * p + (q - 1)) // q).clamp(min=1).minimum(n)
+
+
+def _lowest_narrowest(widths: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """(G, 1) start of the lowest window whose width ties the narrowest one.
+
+    widths: (G, w) per window start (+inf where no window starts); lo, hi: (G, 1) smallest and largest reward.
+    """
+    tol = torch.maximum(lo.abs(), hi.abs()).mul_(TIE_ULPS * torch.finfo(widths.dtype).eps)
+    tied = widths <= widths.amin(1, keepdim=True) + tol
+    starts = torch.arange(widths.shape[1], device=widths.device)
+    # the smallest tied start: an exact "first True" that does not rely on argmin's tie order
+    return torch.where(tied, starts, widths.shape[1]).amin(1, keepdim=True)
 
 
 def _center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> tuple[Tensor, float]:
@@ -100,8 +125,7 @@ def _center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> tu
     if sizes is None:
         k = window_size(m, coverage)
         widths = s[:, k - 1 :] - s[:, : m - k + 1]  # (G, m − k + 1), one per window start
-        # min(dim) returns the first minimum (the lowest window) and is cheaper than argmin on CPU
-        start = widths.min(1, keepdim=True)[1]
+        start = _lowest_narrowest(widths, s[:, :1], s[:, m - 1 :])
         if center == "mean":
             return s.unfold(1, k, 1).mean(-1).gather(1, start), 1.0
         if k % 2:
@@ -114,7 +138,7 @@ def _center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> tu
     valid = ends < sizes[:, None]
     widths = s.gather(1, ends.clamp(max=m - 1)) - s
     widths = torch.where(valid, widths, torch.full((), math.inf, dtype=s.dtype, device=s.device))
-    start = widths.min(1, keepdim=True)[1]
+    start = _lowest_narrowest(widths, s[:, :1], s.gather(1, sizes[:, None] - 1))
     if center == "mean":
         inside = (starts >= start) & (starts < start + k)
         total = torch.where(inside, s, torch.zeros((), dtype=s.dtype, device=s.device)).sum(1, keepdim=True)
@@ -123,7 +147,8 @@ def _center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> tu
 
 
 def gapo_center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> Tensor:
-    """Centre Q of the narrowest window of k = ceil(coverage·n) sorted rewards; ties -> the lowest window.
+    """Centre Q of the narrowest window of k = ceil(coverage·n) sorted rewards; ties (widths within TIE_ULPS
+    rounding steps of the largest |reward|) -> the lowest window.
 
     s: (G, m) rewards sorted ascending, padding (if any) +inf at the end. Returns Q: (G, 1).
     """
