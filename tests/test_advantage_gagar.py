@@ -15,6 +15,7 @@ from trainer.advantage import (
     compute_advantages,
     downweight,
     gagar_advantages,
+    needs_grading,
     redistribute,
     weights_for,
     weights_from_ranking,
@@ -156,3 +157,35 @@ def test_weight_helpers():
         weights_from_ranking(["x", "x"])
     looked = weights_for(["x", "q", "z"], ranked)
     assert looked[0] == 1.0 and math.isnan(looked[1])
+
+
+def test_needs_grading_binary_gapo_vs_grpo():
+    # 5 of 8 pass: GAPO's centre is 1, every passing advantage is 0 -> no judge call; GRPO's mean keeps them > 0
+    r = torch.tensor([[1.0, 1, 0, 1, 1, 0, 1, 0], [1.0, 0, 0, 0, 0, 0, 1, 0], [0.0] * 8])
+    p = r > 0
+    assert needs_grading(compute_advantages(r), p).tolist() == [False, True, False]
+    assert needs_grading(compute_advantages(r, estimator="grpo"), p).tolist() == [True, True, False]
+    per = needs_grading(compute_advantages(r), p, per_rollout=True)
+    assert per.shape == r.shape and per[1].all() and not per[0].any()
+    flat = needs_grading(compute_advantages(r.reshape(-1), index=[f"g{i // 8}" for i in range(24)]),
+                         p.reshape(-1), [f"g{i // 8}" for i in range(24)])
+    assert flat.tolist() == [False, True, False]
+    with pytest.raises(ValueError, match="shape"):
+        needs_grading(torch.zeros(2, 3), torch.zeros(2, 4, dtype=torch.bool))
+
+
+@HSET
+@given(groups=st.lists(group, min_size=1, max_size=5), est=st.sampled_from(["gapo", "grpo", "rloo"]))
+def test_needs_grading_is_exactly_where_grading_can_change_something(groups, est):
+    rewards, passed, weights, index = build(groups)
+    perm = np.random.default_rng(len(rewards)).permutation(len(rewards))  # ragged, interleaved groups
+    r = torch.tensor(rewards)[perm]
+    p = torch.tensor(passed)[perm]
+    idx = [index[i] for i in perm]
+    adv = compute_advantages(r, estimator=est, index=idx)
+    need = needs_grading(adv, p, idx, per_rollout=True)
+    assert needs_grading(adv, p, idx).tolist() == [bool(need[torch.tensor(idx) == g].any()) for g in range(len(groups))]
+    # a skipped group is left unchanged by redistribution whatever the judge would have said
+    harsh = torch.where(torch.arange(len(r)) % 2 == 0, torch.tensor(1.0), torch.tensor(0.2))
+    out = redistribute(adv, p, harsh, index=idx)
+    assert torch.equal(out[~need], adv[~need])
