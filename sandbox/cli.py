@@ -201,6 +201,11 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("--max-patch-bytes", default="1m", help="patches larger than this are rejected (default 1m)")
     p.add_argument("--max-write", default="2g", help="data the tests may write into the work tree before the "
                    "container is killed (default 2g; the host's disk has no other quota)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: this machine's Docker engine (default); ray: one sandbox actor per node of a Ray "
+                   "cluster, --max-workers per node (needs gagar[ray]; see docs/scaling.md)")
+    p.add_argument("--ray-address", help="the Ray cluster to use (e.g. HEAD:6379 or auto); without it, --executor "
+                   "ray starts a local Ray for this run and shuts it down after")
     p.add_argument("--redo", action="store_true", help="re-evaluate predictions already in results.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
@@ -215,6 +220,8 @@ def eval_main(argv: list[str]) -> int:
         return _err(prog, f"--repos-dir {args.repos_dir}: not a directory")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", args.run_id):
         return _err(prog, f"--run-id {args.run_id!r}: use letters, digits, '.', '_' or '-' (no slashes)")
+    if args.ray_address and args.executor != "ray":
+        return _err(prog, "--ray-address needs --executor ray")
     if args.max_workers < 1:
         return _err(prog, "--max-workers must be at least 1")
     if args.timeout <= 0:
@@ -256,11 +263,14 @@ def eval_main(argv: list[str]) -> int:
         print(f"{prog}: warning: {len(unknown)} prediction instance id(s) not in {args.instances}, not evaluated: "
               + ", ".join(unknown[:10]) + (" …" if len(unknown) > 10 else ""), file=sys.stderr)
 
-    from sandbox.run import evaluate_predictions
+    from sandbox.executor import RayUnavailable, make_executor
 
     try:
-        results = evaluate_predictions(instances, predictions, config, run_dir=run_dir, redo=args.redo,
-                                       progress=not args.no_progress, extra_report={"skipped": notes})
+        with make_executor(args.executor, args.ray_address) as executor:
+            results = executor.evaluate(instances, predictions, config, run_dir=run_dir, redo=args.redo,
+                                        progress=not args.no_progress, extra_report={"skipped": notes})
+    except RayUnavailable as exc:
+        return _err(prog, str(exc))
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; finished results are kept in {run_dir}/results.jsonl "
               "(re-run the same command to resume)", file=sys.stderr)

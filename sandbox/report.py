@@ -61,6 +61,20 @@ def read_results(path: Path, *, warn: bool = True) -> dict[tuple[str, str], Eval
     return out
 
 
+def resume_done(writer: ResultWriter, keys: list[tuple[str, str]], *, redo: bool) -> dict[tuple[str, str], EvalResult]:
+    """What a (re-)run may skip: the finished results already in `writer`'s file. `redo` drops `keys` first.
+    An infra_error says nothing about the patch (the engine died, a worker was lost, an image was missing):
+    it is dropped too, so the re-run retries it and replaces its line rather than adding a second one."""
+    if redo:
+        writer.drop(set(keys))
+    done = read_results(writer.path)
+    retry = {k for k in keys if k in done and done[k].status == "infra_error"}
+    if retry:
+        writer.drop(retry)
+        done = {k: r for k, r in done.items() if k not in retry}
+    return done
+
+
 class ResultWriter:
     """Appends result lines to `results.jsonl`; thread-safe."""
 

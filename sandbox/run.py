@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -28,7 +28,7 @@ from sandbox.config import SandboxConfig
 from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.images import ImageError, select_image
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
-from sandbox.report import ResultWriter, atomic_write_text, build_report, read_results
+from sandbox.report import ResultWriter, atomic_write_text, build_report, resume_done
 from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree
 
 log = logging.getLogger(__name__)
@@ -288,9 +288,13 @@ def evaluate_predictions(
     redo: bool = False,
     progress: bool = False,
     extra_report: dict | None = None,
+    on_result: Callable[[EvalResult], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> list[EvalResult]:
     """Evaluate `predictions` against `instances`; returns one result per known prediction, in input order.
-    With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished."""
+    With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished.
+    `on_result` sees each new result as it is recorded; setting `stop` ends the run early (results so far
+    are kept), as Ctrl-C does — the Ray executor's workers use both."""
     if not isinstance(instances, Mapping):
         instances = {i.instance_id: i for i in instances}
     if config.repos_dir is None:
@@ -303,15 +307,7 @@ def evaluate_predictions(
     writer = ResultWriter(run_dir / "results.jsonl") if run_dir else None
     done: dict[tuple[str, str], EvalResult] = {}
     if writer is not None:
-        if redo:
-            writer.drop(set(keys))
-        done = read_results(writer.path)
-        # An infra_error says nothing about the patch (the engine died, an image was missing): a re-run retries
-        # it, replacing its line rather than adding a second one.
-        retry = {k for k in keys if k in done and done[k].status == "infra_error"}
-        if retry:
-            writer.drop(retry)
-            done = {k: r for k, r in done.items() if k not in retry}
+        done = resume_done(writer, keys, redo=redo)
         _remove_stale_containers(config.run_id)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
     # Group by instance, keeping first-seen order, so one group's rollouts run together.
@@ -337,7 +333,7 @@ def evaluate_predictions(
     for g, nxt in zip(chain, chain[1:], strict=False):
         g.next = nxt
 
-    stop = threading.Event()
+    stop = stop if stop is not None else threading.Event()
     results: dict[tuple[str, str], EvalResult] = dict(done)
     lock = threading.Lock()
     bar = _Progress(len(keys), sum(r.resolved for k, r in done.items() if k in set(keys)),
@@ -348,6 +344,8 @@ def evaluate_predictions(
             results[r.key] = r
         if writer is not None:
             writer.write(r)
+        if on_result is not None:
+            on_result(r)
         bar.advance(r.resolved)
 
     def task(p: Prediction) -> EvalResult:

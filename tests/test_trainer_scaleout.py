@@ -1,18 +1,17 @@
-"""Scale-out pieces on the local engine: the sandbox pool split over several Docker hosts (here the same local
-engine named twice, which exercises the split, the per-host `gagar eval` runs and the merge), and the verl
-recipe's batch reward function (called directly; verl itself is not installed here)."""
+"""Scale-out pieces on the local engine: the trainer's sandbox pool and its executor setting, and the verl
+recipe's batch reward function (called directly; verl itself is not installed here). The Ray executor under
+both is tested on a real local Ray in test_sandbox_ray.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 from trainer_fixtures import ROOT, bundled_tasks
 
-from sandbox.records import Instance, Prediction
+from sandbox.records import Instance
 from trainer.config import SandboxSection
 from trainer.sandbox_pool import SandboxPool
 
@@ -26,22 +25,20 @@ def _load(tasks: Path):
     return insts, preds, expected
 
 
-@pytest.mark.docker
-def test_pool_spreads_groups_over_hosts(tmp_path_factory, tmp_path):
-    tasks = bundled_tasks(tmp_path_factory)
-    insts, preds, expected = _load(tasks)
-    preds = [p for p in preds if p["rollout_id"] in {"minimal", "gold", "tamper"}]
-    local = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    pool = SandboxPool(SandboxSection(docker_hosts=[local, local], max_workers=2, timeout=120), tasks / "repos")
-    res = pool.evaluate(insts, [Prediction(p["instance_id"], p["model_patch"], "bundled", str(p["rollout_id"]))
-                                for p in preds], tmp_path)
-    assert len(res) == len(preds)
-    for r in res:
-        assert r.status == expected[(r.instance_id, r.rollout_id)]["status"], (r.key, r.error)
-    # Whole groups per host: each host's run holds exactly one instance.
-    per_host = [{json.loads(ln)["instance_id"] for ln in (tmp_path / f"host{i}" / "predictions.jsonl").open()}
-                for i in range(2)]
-    assert sorted(len(s) for s in per_host) == [1, 1] and per_host[0] != per_host[1]
+def test_docker_hosts_is_retired_with_a_pointer_to_ray():
+    from trainer.config import ConfigError, load_config
+
+    cfg = ROOT / "configs" / "tiny.yaml"
+    with pytest.raises(ConfigError, match=r"sandbox\.docker_hosts was retired.*executor: ray"):
+        load_config(cfg, ["sandbox.docker_hosts=[tcp://a:2376]"])
+    with pytest.raises(ConfigError, match="sandbox.executor must be local or ray"):
+        load_config(cfg, ["sandbox.executor=k8s"])
+
+
+def test_pool_uses_the_local_executor_by_default():
+    from sandbox.executor import LocalExecutor
+
+    assert isinstance(SandboxPool(SandboxSection(), Path("/nonexistent")).executor, LocalExecutor)
 
 
 @pytest.mark.docker

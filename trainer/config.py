@@ -86,8 +86,9 @@ class SandboxSection:
     memory: str = "2g"
     cpus: float = 1.0
     timeout: int = 300
-    max_workers: int = 2
-    docker_hosts: list[str] = field(default_factory=list)  # empty = the local engine (DOCKER_HOST or default)
+    max_workers: int = 2  # per node with the ray executor
+    executor: str = "local"  # local | ray (docs/scaling.md)
+    ray_address: str = ""  # ray: the cluster (HEAD:6379, auto); empty: a local Ray for the run
 
 
 @dataclass
@@ -204,11 +205,18 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
     return value
 
 
+RETIRED = {"sandbox.docker_hosts": "spread the sandbox over several machines with `sandbox.executor: ray` "
+           "(one sandbox actor per Ray node; docs/scaling.md)"}
+
+
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
+    for key in unknown:
+        if f"{where}.{key}" in RETIRED:
+            raise ConfigError(f"{where}.{key} was retired: {RETIRED[f'{where}.{key}']}")
     if unknown:
         raise ConfigError(
             f"{where or 'config'}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(fields))}"
@@ -233,6 +241,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         (r.n >= 2, "rollout.n (group size) must be >= 2: advantages compare rollouts of one task"),
         (r.tasks_per_step >= 1, "rollout.tasks_per_step must be >= 1"),
         (r.backend != "openai" or bool(r.base_url), "rollout.backend=openai needs rollout.base_url"),
+        (cfg.sandbox.executor in {"local", "ray"}, "sandbox.executor must be local or ray"),
+        (cfg.sandbox.executor == "ray" or not cfg.sandbox.ray_address, "sandbox.ray_address needs sandbox.executor: ray"),
         (a.mode in ADVANTAGE_MODES, f"advantage.mode must be one of {', '.join(ADVANTAGE_MODES)}"),
         (0 < a.coverage <= 1, "advantage.coverage must be in (0, 1]"),
         (cfg.grader.judge in {"heuristic", "llm"}, "grader.judge must be heuristic or llm"),

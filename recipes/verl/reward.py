@@ -3,10 +3,12 @@ style in the Docker sandbox; each instance's passing patches are ranked by the g
 to verl per response as `score` plus `gagar_passed`, `gagar_hacked` and `gagar_weight` — verl stores these
 extra fields in `non_tensor_batch`, where the `gagar` estimator of trainer/integrations/verl_plugin.py reads them.
 
-Across nodes: set GAGAR_SANDBOX_ACTORS=N to spread the evaluation over N Ray actors, each on a node with a local
-Docker engine and a copy of the tasks dir (request the custom resource `docker` per actor: start such nodes with
-`ray start ... --resources '{"docker": 1}'`). Without it, the node running the reward uses its own engine.
-Environment: GAGAR_TASKS_DIR (instances.jsonl + repos/), GAGAR_JUDGE (heuristic | llm), GAGAR_SANDBOX_WORKERS.
+Across nodes: GAGAR_SANDBOX_EXECUTOR=ray spreads the evaluation over the Ray cluster verl runs on, with the
+executor `gagar eval --executor ray` uses: one sandbox actor per node (only nodes started with
+`ray start ... --resources '{"docker": 1}'` when any is), each with its node's Docker engine, the images and the
+tasks dir at the same path; whole groups per node. The default (local) uses the engine of the node running the
+reward. Environment: GAGAR_TASKS_DIR (instances.jsonl + repos/), GAGAR_JUDGE (heuristic | llm),
+GAGAR_SANDBOX_WORKERS (per node), GAGAR_SANDBOX_EXECUTOR (local | ray). See docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -32,36 +33,19 @@ def _instances() -> dict[str, Instance]:
                                        if ln.strip())}
 
 
-def evaluate_local(preds: list[dict]) -> list[dict]:
-    """Evaluate on this machine's Docker engine (what each Ray actor runs)."""
-    from trainer.config import SandboxSection
-    from trainer.sandbox_pool import SandboxPool
-
-    pool = SandboxPool(SandboxSection(max_workers=int(os.environ.get("GAGAR_SANDBOX_WORKERS", "4"))),
-                       _tasks_dir() / "repos", run_id="verl-reward")
-    with tempfile.TemporaryDirectory(prefix="gagar-verl-") as tmp:
-        res = pool.evaluate(_instances(), [Prediction(**p) for p in preds], Path(tmp))
-    return [r.to_dict() for r in res]
+_EXECUTOR = None  # one per process: the Ray actors are started once and kept across reward calls
 
 
 def _evaluate(preds: list[dict]) -> list[EvalResult]:
-    n_actors = int(os.environ.get("GAGAR_SANDBOX_ACTORS", "0"))
-    if n_actors <= 0:
-        return [EvalResult.from_dict(d) for d in evaluate_local(preds)]
-    import ray
+    global _EXECUTOR
+    from sandbox.config import SandboxConfig
+    from sandbox.executor import make_executor
 
-    @ray.remote(num_cpus=1, resources={"docker": 1})
-    def run(share: list[dict]) -> list[dict]:
-        return evaluate_local(share)
-
-    by_inst: dict[str, list[dict]] = defaultdict(list)
-    for p in preds:
-        by_inst[p["instance_id"]].append(p)
-    shares: list[list[dict]] = [[] for _ in range(n_actors)]
-    for iid in sorted(by_inst, key=lambda i: -len(by_inst[i])):  # whole groups: one repo copy per group
-        min(shares, key=len).extend(by_inst[iid])
-    parts = ray.get([run.remote(s) for s in shares if s])
-    return [EvalResult.from_dict(d) for part in parts for d in part]
+    if _EXECUTOR is None:
+        _EXECUTOR = make_executor(os.environ.get("GAGAR_SANDBOX_EXECUTOR", "local"))
+    config = SandboxConfig(repos_dir=_tasks_dir().resolve() / "repos", run_id="verl-reward",
+                           max_workers=int(os.environ.get("GAGAR_SANDBOX_WORKERS", "4")))
+    return _EXECUTOR.evaluate(_instances(), [Prediction(**p) for p in preds], config)
 
 
 def compute_score(data_sources: list[str], solution_strs: list[str], ground_truths: list[str],

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 PY="${PY:-.venv-verl/bin/python}"
 MODEL="${MODEL:-Qwen/Qwen2.5-Coder-1.5B-Instruct}"
 export GAGAR_TASKS_DIR="${GAGAR_TASKS_DIR:-$PWD/.gagar/tasks}"
-export GAGAR_SANDBOX_ACTORS="${GAGAR_SANDBOX_ACTORS:-0}"   # >0: spread sandbox work over Ray actors
+export GAGAR_SANDBOX_EXECUTOR="${GAGAR_SANDBOX_EXECUTOR:-ray}"   # one sandbox actor per `docker` node (local: this node)
 DATA="${DATA:-$PWD/.gagar/verl-data}"
 "$PY" recipes/verl/prepare_data.py --tasks-dir "$GAGAR_TASKS_DIR" --out "$DATA"
 "$PY" recipes/verl/main.py --config-path "$PWD/recipes/verl" --config-name gagar \
