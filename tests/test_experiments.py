@@ -18,7 +18,14 @@ import torch
 
 from trainer.experiments import cli
 from trainer.experiments.bloat import METRICS, Bandit, BloatConfig, run_bloat, run_method
-from trainer.experiments.skew import SHAPES, SkewConfig, ppo_clip_fraction, run_skew, true_rank_signs
+from trainer.experiments.skew import (
+    SHAPES,
+    SkewConfig,
+    generate,
+    ppo_clip_fraction,
+    run_skew,
+    true_rank_signs,
+)
 from trainer.experiments.verdicts import (
     FORMAT,
     VerdictError,
@@ -108,6 +115,21 @@ def test_bloat_short_run_is_well_formed_and_learns():
         assert 2.0 <= data["final"]["diff_lines"]["mean"] <= 12.0
         assert len(data["per_seed_final"]) == 3
     assert [t["passing"] for t in result["tasks"]] == [3, 2, 2]
+    assert result["methods"]["grpo"]["curves"]["graded_groups"]["mean"] == [0.0] * cfg.steps  # no grader
+
+
+def test_gapo_on_binary_rewards_skips_the_judge_once_most_pass():
+    # Binary rewards: GRPO's mean keeps every passing advantage of a mixed group positive, so every mixed group
+    # is judged; GAPO's centre is 1 once more than half a group passes, so those groups need no judge call.
+    bandit = Bandit(TINY_CACHE)
+    cfg = BloatConfig(steps=40, n=8, lr=1.0)
+    seeds = list(range(4))
+    grpo = run_method("grpo+gagar", bandit, cfg, seeds)
+    gapo = run_method("gapo+gagar", bandit, cfg, seeds)
+    np.testing.assert_array_equal(grpo["graded_groups"], grpo["mixed_groups"])
+    assert np.all(gapo["graded_groups"] <= gapo["mixed_groups"])
+    late = slice(cfg.steps // 2, None)  # the policy passes more than half the time by then
+    assert gapo["graded_groups"][:, late].mean() < 0.5 * gapo["mixed_groups"][:, late].mean()
 
 
 def test_gagar_raises_minimal_share_where_grpo_is_indifferent():
@@ -175,6 +197,15 @@ def test_cli_skew_writes_json_and_png(tmp_path):
     data = json.loads((tmp_path / "skew.json").read_text())
     assert data["experiment"] == "skew" and data["config"]["n"] == 8
     assert (tmp_path / "skew.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rc = cli.main(["skew", "--reward", "tests", "--seeds", "1", "--configs", "40", "--replicates", "3", "--n", "8",
+                   "--out", str(tmp_path)])
+    assert rc == 0 and json.loads((tmp_path / "skew-tests.json").read_text())["config"]["reward"] == "tests"
+
+
+def test_skew_tests_reward_is_a_grid_of_test_fractions():
+    cfg = SkewConfig(n=8, configs=50, replicates=3, tests=20, reward="tests")
+    data = generate(np.random.default_rng(0), cfg)
+    assert np.allclose(data["rewards"] * 20, np.round(data["rewards"] * 20))
 
 
 def test_cli_bloat_reuses_a_verdict_cache(tmp_path):

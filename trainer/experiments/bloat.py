@@ -17,8 +17,9 @@ Metrics per step are exact expectations under the current policy, averaged over 
 pass rate Σ_j π_j pass_j; minimal share Σ_{j passing, quality_rank 1} π_j / Σ_{j passing} π_j; mean diff size of
 passing rollouts Σ_{j passing} π_j size_j / Σ_{j passing} π_j; entropy −Σ π_j log π_j; top-tier share, the
 minimal share's analogue for the patches the grader puts in tier 1 when it ranks all of a task's passing ones.
-Per step also, from the samples: the share of mixed-outcome groups and the positive advantage the update used
-(sum per group, mean over groups).
+Per step also, from the samples: the share of mixed-outcome groups, the share of groups a judge is called on
+(``needs_grading``: some passing rollout has a positive base advantage; 0 without a grader) and the positive
+advantage the update used (sum per group, mean over groups).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from trainer.advantage import (
     compute_advantages,
     downweight,
     mixed_outcome,
+    needs_grading,
     redistribute,
     weights_from_tiers,
 )
@@ -44,7 +46,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "gapo+gagar": {"estimator": "gapo", "grader": "gagar"},
     "downweight": {"estimator": "grpo", "grader": "downweight"},
 }
-METRICS = ("pass_rate", "minimal_share", "diff_lines", "entropy", "top_tier_share", "mixed_groups", "pos_adv")
+METRICS = ("pass_rate", "minimal_share", "diff_lines", "entropy", "top_tier_share", "mixed_groups", "pos_adv",
+           "graded_groups")
 FINAL = METRICS[:5]  # the policy metrics, read after the last update
 
 
@@ -154,18 +157,23 @@ def policy_metrics(bandit: Bandit, logits: torch.Tensor) -> dict[str, torch.Tens
     }
 
 
-def step_advantages(method: str, rewards: torch.Tensor, weights: torch.Tensor, cfg: BloatConfig) -> torch.Tensor:
-    """Advantages of one step's groups (B, n) for `method`; `weights` holds the grader's f per rollout."""
+def step_advantages(
+    method: str, rewards: torch.Tensor, weights: torch.Tensor, cfg: BloatConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages (B, n), graded (B,) bool) of one step's groups for `method`; `weights` holds the grader's f
+    per rollout. `graded` marks the groups a judge is called on: `needs_grading` after dynamic sampling (a
+    grading cannot change any other group's advantages); none without a grader."""
     spec = METHODS[method]
     adv = compute_advantages(rewards, estimator=spec["estimator"])
     if spec["grader"] is None:
-        return adv
+        return adv, torch.zeros(rewards.shape[0], dtype=torch.bool)
     passed = rewards > 0
     keep = mixed_outcome(passed)
     adv = adv * keep.unsqueeze(1)  # dynamic sampling: uniform groups carry no usable signal
+    graded = needs_grading(adv, passed)
     if spec["grader"] == "gagar":
-        return redistribute(adv, passed, weights, cap=cfg.cap)
-    return downweight(adv, passed, weights)
+        return redistribute(adv, passed, weights, cap=cfg.cap), graded
+    return downweight(adv, passed, weights), graded
 
 
 def run_method(method: str, bandit: Bandit, cfg: BloatConfig, seeds: list[int]) -> dict[str, np.ndarray]:
@@ -188,8 +196,9 @@ def run_method(method: str, bandit: Bandit, cfg: BloatConfig, seeds: list[int]) 
         present = torch.zeros_like(passing).scatter_(1, picks, True) & passing
         mask = (present.long() * bits).sum(1)  # which passing patches this group holds
         weights = table[task, mask].gather(1, picks)
-        adv = step_advantages(method, rewards, weights, cfg)
+        adv, graded = step_advantages(method, rewards, weights, cfg)
         history["mixed_groups"].append(mixed_outcome(rewards > 0).double().view(s_count, t_count).mean(1))
+        history["graded_groups"].append(graded.double().view(s_count, t_count).mean(1))
         history["pos_adv"].append(adv.clamp(min=0).view(s_count, t_count, -1).sum(-1).mean(1))
         # REINFORCE on a softmax: d/dθ_j Σ_i A_i log π(a_i) = Σ_{i: a_i = j} A_i − π_j Σ_i A_i.
         flat_p = probs.view(-1, k)

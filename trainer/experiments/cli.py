@@ -3,7 +3,8 @@
     gagar experiment bloat [--seeds K] [--steps N] [--out DIR] [--verdicts FILE] [--tasks-dir DIR]
     gagar experiment skew  [--seeds K] [--steps N] [--out DIR]
 
-Each writes `OUT/<name>.json` and `OUT/<name>.png` (`skew --reward exact` writes `skew-exact.*`). `bloat` needs the sandbox verdicts of the bundled rollouts:
+Each writes `OUT/<name>.json` and `OUT/<name>.png` (`skew --reward exact|tests` writes `skew-exact.*`,
+`skew-tests.*`). `bloat` needs the sandbox verdicts of the bundled rollouts:
 the first run evaluates them in Docker (minutes) and caches them in `--verdicts` (default OUT/verdicts.json);
 later runs, or anyone given that file, need neither Docker nor the repositories.
 """
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.experiments.skew import REWARDS
 from trainer.experiments.verdicts import (
     VerdictError,
     build_verdicts,
@@ -82,8 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--lr", type=float, default=0.1, help="SGD step on each rollout's log-probability")
     s.add_argument("--clip-eps", type=float, default=0.2)
     s.add_argument("--estimators", default="grpo,gapo")
-    s.add_argument("--reward", choices=("partial", "exact"), default="partial",
-                   help="partial credit (tests passed + diff similarity, noisy) or the latent quality itself")
+    s.add_argument("--reward", choices=REWARDS, default="partial",
+                   help="partial: tests passed + diff similarity (noisy); exact: the latent quality itself; "
+                        "tests: tests passed / m alone (a grid of 1/m steps)")
     s.add_argument("--base-seed", type=int, default=0)
     return ap
 

@@ -19,7 +19,7 @@ _BLOAT_PANELS = (
     ("diff_lines", "diff lines of passing (mean)"),
     ("entropy", "policy entropy (nats)"),
     ("pos_adv", "positive advantage per group"),
-    ("mixed_groups", "share of mixed-outcome groups"),
+    ("mixed_groups", "share of mixed groups (dashed: judged)"),
 )
 
 
@@ -52,7 +52,11 @@ def plot_bloat(result: dict[str, Any], path: Path) -> None:
             if key in _SAMPLED:
                 # Per-step sample statistics are noisy: draw a moving average, without the band.
                 w = max(1, min(_SMOOTH, len(mean)))
-                ax.plot(x[w - 1:], np.convolve(mean, np.ones(w) / w, mode="valid"), label=method, lw=1.4)
+                line = ax.plot(x[w - 1:], np.convolve(mean, np.ones(w) / w, mode="valid"), label=method, lw=1.4)[0]
+                if key == "mixed_groups" and "graded_groups" in data["curves"]:
+                    judged = np.asarray(data["curves"]["graded_groups"]["mean"], dtype=float)
+                    ax.plot(x[w - 1:], np.convolve(judged, np.ones(w) / w, mode="valid"), ls="--", lw=1.0,
+                            color=line.get_color())
                 continue
             line = ax.plot(x, mean, label=method, lw=1.4)[0]
             ax.fill_between(x, mean - std, mean + std, alpha=0.18)
@@ -95,7 +99,8 @@ def plot_skew(result: dict[str, Any], path: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].legend(fontsize=9)
     cfg = result["config"]
-    kind = {"partial": "partial-credit rewards", "exact": "rewards = latent quality"}.get(cfg.get("reward"), "")
+    kind = {"partial": "partial-credit rewards", "exact": "rewards = latent quality",
+            "tests": "rewards = tests passed / m"}.get(cfg.get("reward"), "")
     fig.suptitle(f"skew: {kind}, groups of n={cfg['n']}, "
                  f"{cfg['configs']}×{cfg['replicates']} groups per seed, {cfg['seeds']} seeds", fontsize=11)
     fig.tight_layout()

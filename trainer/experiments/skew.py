@@ -37,6 +37,7 @@ from trainer.advantage import compute_advantages
 SHAPES = ("normal", "left_skewed", "right_skewed", "outlier")
 # GAPO paper's measured shares; what the three named shapes leave over goes to outlier groups.
 PROPORTIONS = (0.68, 0.155, 0.144, 0.021)
+REWARDS = ("partial", "exact", "tests")
 
 
 @dataclass
@@ -50,7 +51,8 @@ class SkewConfig:
     clip_eps: float = 0.2
     estimators: tuple[str, ...] = ("grpo", "gapo")
     # "partial": the partial-credit reward (noisy measurement of q); "exact": r = q, which isolates the
-    # estimators' choice of centre from measurement noise.
+    # estimators' choice of centre from measurement noise; "tests": r = tests passed / m alone, a grid of
+    # 1/m steps where equal window widths (GAPO's ties) are common and not exact in binary floating point.
     reward: str = "partial"
 
     def __post_init__(self) -> None:
@@ -58,8 +60,8 @@ class SkewConfig:
             raise ValueError("n must be an even number >= 4 (the true ranking splits into halves)")
         if self.configs < 1 or self.replicates < 2:
             raise ValueError("configs must be >= 1 and replicates >= 2")
-        if self.reward not in ("partial", "exact"):
-            raise ValueError(f"reward must be 'partial' or 'exact', got {self.reward!r}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
         if self.epochs < 1:
             raise ValueError("steps (PPO epochs) must be >= 1")
 
@@ -122,6 +124,8 @@ def generate(rng: np.random.Generator, cfg: SkewConfig) -> dict[str, np.ndarray]
         pop_mean[idx] = pop_mean_s
     if cfg.reward == "exact":
         rewards = q.copy()
+    elif cfg.reward == "tests":
+        rewards = rng.binomial(cfg.tests, q) / cfg.tests
     else:
         passed = rng.binomial(cfg.tests, q) / cfg.tests
         similarity = np.clip(q + 0.05 * rng.standard_normal(q.shape), 0.0, 1.0)

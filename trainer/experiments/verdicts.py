@@ -10,8 +10,9 @@ a sampled group can contain, and stored too. A run then needs neither Docker nor
 File format (`format` = FORMAT):
   tasks: [{instance_id, repo, candidates: [{rollout_id, patch_hash, kind, quality_rank}],
            gradings: {"<sorted passing rollout ids joined by ','>": {ranking, tiers, weights, fallback}}}]
-  patches: {patch_hash: {status, resolved, tampered_tests, reward, tests_passed, tests_total, diff_lines,
-                         files_changed}}   (patch_hash: of the instance id and the patch, see `patch_hash`)
+  patches: {patch_hash: {status, resolved, tampered_tests, suspicious_report, passed, reward (1.0 iff passed),
+                         tests_passed, tests_total, diff_lines, files_changed}}  (caches written before
+                         `suspicious_report` existed lack it and `passed`; their reward used the same rule)   (patch_hash: of the instance id and the patch, see `patch_hash`)
   source: where the verdicts came from (sandbox run, grader, task files' hashes).
 """
 
@@ -86,13 +87,15 @@ def _verdict(result: Any, patch: str) -> dict[str, Any]:
     ok = len(ts.FAIL_TO_PASS["success"]) + len(ts.PASS_TO_PASS["success"])
     total = ok + len(ts.FAIL_TO_PASS["failure"]) + len(ts.PASS_TO_PASS["failure"])
     lines, files = diff_size(patch)
-    # A patch that edits the tests is a hack, whatever the restored tests say: it earns nothing.
-    reward = 1.0 if (result.resolved and not result.tampered_tests) else 0.0
+    # EvalResult.passed is the one passing definition (resolved, and neither tampering nor a forged report):
+    # a patch that games the tests earns nothing, whatever the restored tests say.
     return {
         "status": result.status,
         "resolved": bool(result.resolved),
         "tampered_tests": bool(result.tampered_tests),
-        "reward": reward,
+        "suspicious_report": bool(result.suspicious_report),
+        "passed": bool(result.passed),
+        "reward": 1.0 if result.passed else 0.0,
         "tests_passed": ok,
         "tests_total": total,
         "diff_lines": lines,
