@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from grader.backends import ChatBackend, make_backend
 from grader.grade import grade_group
 from grader.metrics import evaluate
 from grader.records import Group, InputError, load_groups, read_jsonl, write_jsonl_atomic
+from sandbox import gitsafe
 
 
 def _judge_options(p: argparse.ArgumentParser) -> None:
@@ -43,9 +43,8 @@ def _check_repos(groups: list[Group], repos_dir: Path) -> str | None:
         if not src.is_dir():
             problems.append(f"{g.instance_id}: no repository at {src}")
             continue
-        ok = subprocess.run(
-            ["git", "-C", str(src), "cat-file", "-e", f"{g.base_commit}^{{commit}}"], capture_output=True
-        ).returncode == 0
+        ok = gitsafe.run("cat-file", "-e", f"{g.base_commit}^{{commit}}", git_dir=gitsafe.git_dir_of(src),
+                         trusted_dir=src).ok
         if not ok:
             problems.append(f"{g.instance_id}: base_commit {g.base_commit} is not in {src}")
     if problems:

@@ -12,14 +12,12 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from types import TracebackType
 
-import git
-
 from grader.records import Candidate, Group, InputError
+from sandbox import gitsafe
 
 MAX_PATCH_BYTES = 1 << 20
 _PATH_LINE = re.compile(r"^(?:diff --git (\S+) (\S+)|--- (\S+)|\+\+\+ (\S+)|(?:rename|copy) (?:from|to) (.+))$")
@@ -133,16 +131,15 @@ class SharedWorkspace:
     def _build(self, src: Path) -> None:
         assert self.root is not None
         self.base_dir = self.root / "base"
-        # --shared borrows the source's objects: a clone costs a checkout, not a copy of the history.
-        repo = git.Repo.clone_from(str(src), str(self.base_dir), shared=True, no_checkout=True)
+        # base_commit only (no later history the judge could read), through the hardened git helper.
         try:
-            repo.git.checkout("--detach", "--quiet", self.group.base_commit)
-        except git.GitCommandError as exc:
+            gitsafe.export_commit(src, self.group.base_commit, self.base_dir)
+        except gitsafe.GitError as exc:
             raise InputError(
-                f"{self.group.instance_id}: base_commit {self.group.base_commit} is not in {src}"
+                f"{self.group.instance_id}: base_commit {self.group.base_commit} is not in {src} ({exc})"
             ) from exc
         for i, cand in enumerate(self.group.candidates):
-            reason = self._stage(repo, cand, i)
+            reason = self._stage(cand, i)
             if reason:
                 self.failed[cand.rollout_id] = reason
         self.relabel(self.seed)
@@ -156,7 +153,7 @@ class SharedWorkspace:
         self.label_to_rollout = dict(zip(self.labels, order, strict=True))
         self.rollout_to_label = {r: lab for lab, r in self.label_to_rollout.items()}
 
-    def _stage(self, repo: git.Repo, cand: Candidate, index: int) -> str | None:
+    def _stage(self, cand: Candidate, index: int) -> str | None:
         """Create the candidate's worktree and apply its patch; return why it failed, or None."""
         assert self.root is not None and self.base_dir is not None
         if not cand.patch.strip():
@@ -167,26 +164,24 @@ class SharedWorkspace:
             return f"patch refused: {exc}"
         # Directory names are positional, not rollout ids: paths must not reveal which candidate is which.
         wt = self.root / "cands" / f"c{index}"
-        repo.git.worktree("add", "--detach", "--quiet", str(wt), self.group.base_commit)
+        base_git = self.base_dir / ".git"
+        gitsafe.git("worktree", "add", "--detach", "--quiet", str(wt), self.group.base_commit, git_dir=base_git)
         text = cand.patch if cand.patch.endswith("\n") else cand.patch + "\n"
         err = ""
         for extra in ([], ["--recount", "--ignore-whitespace"], ["-C1", "--recount", "--ignore-whitespace"]):
-            try:
-                proc = subprocess.run(
-                    ["git", "apply", "--whitespace=nowarn", *extra, "-"],
-                    cwd=wt, input=text.encode("utf-8", "surrogateescape"), capture_output=True, timeout=120,
-                )
-            except subprocess.TimeoutExpired:
+            # The worktree is the grader's own (nothing but a validated patch wrote to it): git may read it.
+            res = gitsafe.run("apply", "--whitespace=nowarn", *extra, "-", cwd=wt, input=text, timeout=120)
+            if res.rc == 124 and "timed out" in res.err:
                 err = "git apply timed out"
                 break
-            if proc.returncode == 0:
+            if res.ok:
                 self._dirs[cand.rollout_id] = wt
                 return None
-            err = proc.stderr.decode("utf-8", "replace").strip()
-            subprocess.run(["git", "checkout", "--quiet", "--", "."], cwd=wt, capture_output=True)
-            subprocess.run(["git", "clean", "-fdq"], cwd=wt, capture_output=True)
+            err = res.err
+            gitsafe.run("checkout", "--quiet", "--", ".", cwd=wt)
+            gitsafe.run("clean", "-fdq", cwd=wt)
         shutil.rmtree(wt, ignore_errors=True)
-        repo.git.worktree("prune")
+        gitsafe.run("worktree", "prune", git_dir=base_git)
         first = err.splitlines()[0] if err else "git apply failed"
         return f"patch does not apply to {self.group.base_commit[:12]}: {first}"
 

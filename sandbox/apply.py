@@ -16,8 +16,10 @@
     `setup.cfg` whose pytest section it changed; then `test_patch` is applied on top. `tampered` is True when the model patch touched any of these files (`touched` lists them).
     Raises `TestPatchFailed` when the task's own `test_patch` does not apply (an infrastructure problem).
 
-Git runs with hooks disabled (`core.hooksPath=/dev/null`), no system/global config, and `safe.directory=*`
-(the tree may be owned by the container user).
+Git runs through `sandbox.gitsafe` (trusted configuration only, hooks and drivers off) with the copy's git dir
+named explicitly. That git dir is trusted at this point: the host made the copy from the pristine base and the
+patch was refused if it touched `.git`; no container has run in the tree yet, and the host runs no git in it
+once one has.
 """
 
 from __future__ import annotations
@@ -31,24 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from git import Git
-
+from sandbox import gitsafe
 from sandbox.patchcheck import DEFAULT_MAX_BYTES, PatchInfo, PatchRejected, _to_bytes, validate_patch
 
-GIT_CONFIG = [
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "core.autocrlf=false",
-    "core.symlinks=true",
-    "safe.directory=*",
-    "advice.detachedHead=false",
-]
-GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_TERMINAL_PROMPT": "0",
-    "GIT_OPTIONAL_LOCKS": "0",
-}
 APPLY_METHODS = ("git apply", "git apply --3way", "git apply --reject", "patch --fuzz")
 PROTECTED_NAMES = ("conftest.py", "pytest.ini", "tox.ini")
 # Files under .git that git itself rewrites while applying/resetting; anything else changing is suspicious.
@@ -78,15 +65,8 @@ class TestPatchFailed(RuntimeError):
 
 
 def _git(tree: Path, *args: str) -> tuple[int, str]:
-    cmd = ["git"]
-    for opt in GIT_CONFIG:
-        cmd += ["-c", opt]
-    cmd += list(args)
-    env = {**os.environ, **GIT_ENV}
-    status, out, err = Git(str(tree)).execute(
-        cmd, with_extended_output=True, with_exceptions=False, env=env, strip_newline_in_stdout=False
-    )
-    return int(status), (out + ("\n" if out and not out.endswith("\n") else "") + err).strip()
+    res = gitsafe.run(*args, git_dir=tree / ".git", work_tree=tree)
+    return res.rc, res.text()
 
 
 def _reset(tree: Path, base_commit: str, paths: Iterable[str] = ()) -> str:
@@ -265,7 +245,7 @@ def _changes_pytest_config(tree: Path, base_commit: str, rel: str) -> bool:
     name = rel.rsplit("/", 1)[-1]
     if name not in ("pyproject.toml", "setup.cfg"):
         return False
-    rc, before = _git(tree, "show", f"{base_commit}:{rel}")
+    rc, before = _git(tree, "cat-file", "blob", f"{base_commit}:{rel}")
     path = tree / rel
     after = path.read_text(errors="replace") if path.is_file() and not path.is_symlink() else None
     return _pytest_section(name, before if rc == 0 else None) != _pytest_section(name, after)

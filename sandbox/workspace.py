@@ -1,9 +1,15 @@
 """Repo copies: the repo at `base_commit` is prepared once per instance, each rollout gets a private copy.
 
+No future: the base is a fresh repository holding only `base_commit` (`sandbox.gitsafe.export_commit`, a
+depth-1 fetch): no later commits, branches, tags, remotes, reflogs or packed objects reach a rollout's copy, so
+neither tests nor an agent can read the task's own fix out of `.git`. The base itself is never mounted into a
+container: its `.git` is the pristine git dir that host-side diffs of a policy's tree are computed against.
+
 Why not hard links: a patch (or a test) that writes a file in place would write through the shared inode into
 the base and every sibling copy. A rollout copy is a real copy of the working tree plus `.git` (small repos:
-`cp -a` of a few hundred files takes milliseconds), or, for repos whose `.git` is big, a `git clone --shared`
-(the objects stay in the base, referenced by a host path the container cannot see) plus a checkout.
+`cp -a` of a few hundred files takes milliseconds), or, for repos whose `.git` is big, a copy of everything but
+`.git/objects`, which the copy borrows from the base through `objects/info/alternates` (a host path the
+container cannot see).
 Copies stay root-owned while the host applies patches (git refuses repos owned by another user), then
 `hand_over` gives them to the container user.
 """
@@ -19,6 +25,8 @@ import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+from sandbox import gitsafe
 
 SHARED_CLONE_ABOVE = 64 << 20  # .git bytes above which a rollout copy shares objects instead of copying them
 SANDBOX_UID = SANDBOX_GID = 1000
@@ -48,14 +56,6 @@ def stale_workspaces(tmp_root: Path | None = None) -> list[Path]:
 
 class WorkspaceError(RuntimeError):
     """The repo could not be prepared (missing clone, unknown commit); the message names what to fix."""
-
-
-def _git(args: list[str], cwd: Path | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
-    if proc.returncode != 0:
-        raise WorkspaceError(f"git {' '.join(args[:2])} failed: {proc.stderr.strip()[-500:]}")
-    return proc.stdout
 
 
 def _du(path: Path) -> int:
@@ -158,13 +158,10 @@ class GroupWorkspace:
         (self.root / OWNER_FILE).write_text(str(os.getpid()))
         try:
             self.base = self.root / "base"
-            # --local hard-links the source's object files: objects are immutable and the base is never
-            # mounted into a container, so sharing them with the user's clone is safe and fast.
-            _git(["clone", "--quiet", "--local", "--no-checkout", str(self.source), str(self.base)])
             try:
-                _git(["checkout", "--quiet", "--detach", self.base_commit], cwd=self.base)
-            except WorkspaceError as exc:
-                raise WorkspaceError(f"{self.source} has no commit {self.base_commit} ({exc})") from exc
+                gitsafe.export_commit(self.source, self.base_commit, self.base)
+            except gitsafe.GitError as exc:
+                raise WorkspaceError(f"cannot prepare {self.source} at {self.base_commit}: {exc}") from exc
             self.shared_objects = _du(self.base / ".git") > SHARED_CLONE_ABOVE
         except BaseException:
             self.close()
@@ -199,9 +196,24 @@ class GroupWorkspace:
             raise RuntimeError("GroupWorkspace is not open")
         dst = dst if dst is not None else self.new_dir("r")
         if self.shared_objects:
-            _git(["clone", "--quiet", "--shared", "--no-checkout", str(self.base), str(dst)])
-            _git(["checkout", "--quiet", "--detach", self.base_commit], cwd=dst)
+            _cp([p for p in self.base.iterdir() if p.name != ".git"], dst)
+            (dst / ".git").mkdir()
+            _cp([p for p in (self.base / ".git").iterdir() if p.name != "objects"], dst / ".git")
+            (dst / ".git" / "objects" / "info").mkdir(parents=True)
+            (dst / ".git" / "objects" / "info" / "alternates").write_text(f"{self.base / '.git' / 'objects'}\n")
         else:
-            subprocess.run(["cp", "-a", "--reflink=auto", f"{self.base}/.", str(dst)], check=True,
-                           capture_output=True)
+            _cp([f"{self.base}/."], dst)
         return dst
+
+    @property
+    def git_dir(self) -> Path:
+        """The pristine git dir (base_commit only), outside every mounted tree: what host-side diffs of a
+        policy's tree are computed against (`sandbox.treediff`)."""
+        if self.base is None:
+            raise RuntimeError("GroupWorkspace is not open")
+        return self.base / ".git"
+
+
+def _cp(srcs: list[Path] | list[str], dst: Path) -> None:
+    if srcs:
+        subprocess.run(["cp", "-a", "--reflink=auto", *map(str, srcs), str(dst)], check=True, capture_output=True)

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import ast
 import difflib
-import os
 import random
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +23,7 @@ from typing import Any
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from sandbox import gitsafe
 from sft import degrade_curly, degrade_py
 from sft.degrade_common import Edit, FileCtx, code_mask
 
@@ -43,7 +42,6 @@ _FRAMEWORK_LANG = {"pytest": "python", "unittest": "python", "go": "go", "junit"
 # Defects that sit outside the lines the fix touches look at untouched code; the others sit next to the fix.
 _OUTSIDE = {"unrelated_edit", "reformat", "rename_outside_fix"}
 _TEST_PATH = re.compile(r"(^|/)(tests?|testing|src/test)/|(^|/)test_[^/]*\.py$|_test\.(py|go)$|Test\.java$")
-_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
 
 
 class DegradeError(ValueError):
@@ -100,18 +98,11 @@ def _gold_lines(patch: str) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
 
 
 def _git(repo: Path, *args: str, input_text: str | None = None) -> str:
-    proc = subprocess.run(
-        ["git", *args],
-        cwd=repo,
-        input=input_text,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **_GIT_ENV},
-    )
-    if proc.returncode != 0:
-        raise DegradeError(f"git {' '.join(args[:2])} failed: {proc.stderr.strip()[:300]}")
-    return proc.stdout
+    """Hardened git (`sandbox.gitsafe`) in the scratch repo this module made and edits itself."""
+    res = gitsafe.run(*args, git_dir=repo / ".git", work_tree=repo, input=input_text, timeout=120)
+    if not res.ok:
+        raise DegradeError(f"git {' '.join(args[:2])} failed: {res.err[:300]}")
+    return str(res.out)
 
 
 def _handlers(language: str) -> dict[str, Callable[[FileCtx], Edit | None]]:
@@ -137,7 +128,7 @@ class _Tree:
 
     def base_lines(self, path: str) -> list[str]:
         try:
-            return _git(self.root, "show", f"{self.base}:{path}").splitlines(keepends=True)
+            return _git(self.root, "cat-file", "blob", f"{self.base}:{path}").splitlines(keepends=True)
         except DegradeError:
             return []  # a file the gold patch creates
 
@@ -235,8 +226,10 @@ def build_variants(
     tmp = Path(tempfile.mkdtemp(prefix="gagar-sft-", dir=work_root))
     try:
         root = tmp / "repo"
-        _git(tmp, "clone", "--quiet", "--shared", "--no-checkout", str(src.resolve()), str(root))
-        _git(root, "checkout", "--quiet", "--detach", str(instance["base_commit"]))
+        try:
+            gitsafe.export_commit(src, str(instance["base_commit"]), root)
+        except gitsafe.GitError as exc:
+            raise DegradeError(f"{iid}: {exc}") from exc
         _git(
             root, "apply", "--whitespace=nowarn", "-", input_text=gold if gold.endswith("\n") else gold + "\n"
         )

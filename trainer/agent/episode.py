@@ -84,8 +84,9 @@ def run_agent_episodes(
     tool_output_chars: int = 2000,
     max_total_tokens: int = 8192,
 ) -> list[Trajectory]:
-    """Multi-turn episodes, each in its own container on its own copy of the repo at `base_commit`; the
-    patch is `git diff` of that copy when the agent submits or runs out of turns or context."""
+    """Multi-turn episodes, each in its own container on its own copy of the repo at `base_commit` (that
+    commit only: no later history); the patch is the diff of that copy against the workspace's pristine git
+    dir (`AgentTools.diff`) when the agent submits or runs out of turns or context."""
     with contextlib.ExitStack() as stack:
         workspaces: dict[str, GroupWorkspace] = {}
         states = []
@@ -93,12 +94,14 @@ def run_agent_episodes(
             if inst.instance_id not in workspaces:
                 workspaces[inst.instance_id] = stack.enter_context(
                     GroupWorkspace(Path(repos_dir), inst.repo, inst.base_commit))
-            tree = workspaces[inst.instance_id].copy()
+            ws = workspaces[inst.instance_id]
+            tree = ws.copy()
             hand_over(tree)
             image = select_image(inst.image, inst.language, inst.test_framework, sandbox.image)
             box = stack.enter_context(Container(image, tree, sandbox))
             tools = AgentTools(tree, box, test_cmd=inst.test_cmd or "python -m pytest -q", timeout=tool_timeout,
-                               output_chars=tool_output_chars)
+                               output_chars=tool_output_chars, pristine_git_dir=ws.git_dir,
+                               base_commit=inst.base_commit)
             states.append({"inst": inst, "rid": rid, "conv": Conversation(tokenizer, agent_messages(inst)),
                            "tools": tools, "turns": 0, "finish": None, "events": []})
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(states)))) as pool:
@@ -126,6 +129,8 @@ def run_agent_episodes(
             out = []
             for s in states:
                 patch = s["tools"].diff()
+                if s["tools"].diff_error:
+                    s["events"].append(f"no answer: {s['tools'].diff_error}")
                 conv = s["conv"]
                 out.append(Trajectory(s["inst"].instance_id, s["rid"], conv.ids, conv.mask, conv.prompt_len, patch,
                                       turns=s["turns"], finish=s["finish"] or "max_turns", events=s["events"]))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+from sandbox.gitsafe import GitError, source_git
 from sandbox.records import Instance
 from trainer.agent.format import format_tool_call
 
@@ -37,11 +37,6 @@ def agent_messages(instance: Instance) -> list[dict]:
     return [{"role": "system", "content": AGENT_SYSTEM}, {"role": "user", "content": user}]
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), *args], check=True,
-                          capture_output=True, text=True).stdout
-
-
 def _is_test_path(path: str) -> bool:
     parts = path.lower().split("/")
     return any(p in {"test", "tests", "testing"} for p in parts[:-1]) or parts[-1].startswith("test_") or \
@@ -55,15 +50,16 @@ def _patch_files(patch: str) -> list[str]:
 def context_files(instance: Instance, repo: Path, max_chars: int) -> list[tuple[str, str]]:
     """Source shown in the single-turn prompt: the files the reference patch touches first (SWE-bench's "oracle"
     retrieval setting), then other non-test source files, within `max_chars` in all."""
-    tracked = [p for p in _git(repo, "ls-tree", "-r", "--name-only", instance.base_commit).splitlines() if p]
+    # The user's clone, read by commit (never a work tree a policy wrote): only base_commit's own files.
+    tracked = [p for p in source_git(repo, "ls-tree", "-r", "--name-only", instance.base_commit).splitlines() if p]
     oracle = [p for p in _patch_files(instance.patch) if p in tracked]
     rest = sorted(p for p in tracked if p not in oracle and not _is_test_path(p)
                   and p.endswith((".py", ".go", ".java", ".js", ".ts", ".rs", ".c", ".h")))
     out, used = [], 0
     for path in oracle + rest:
         try:
-            text = _git(repo, "show", f"{instance.base_commit}:{path}")
-        except (subprocess.CalledProcessError, UnicodeDecodeError):
+            text = source_git(repo, "cat-file", "blob", f"{instance.base_commit}:{path}", binary=True).decode()
+        except (GitError, UnicodeDecodeError):
             continue
         if used + len(text) > max_chars:
             if path in oracle and not out:  # at least one oracle file, cut to the budget

@@ -3,18 +3,21 @@
 Reading and editing go through the host side of the mount (the images need not ship an editor or Python: the Go
 and Java images have neither), with every path checked to stay inside the tree and out of `.git`; searching and
 running commands happen inside the container, under its limits and a per-call timeout.
+
+The answer (`diff()`) is computed without running git in the tree: the agent had a shell in it, so its `.git`,
+`.gitattributes` and everything else there are untrusted (hooks, filters, fsmonitor, pager, includes would run
+on the host). `sandbox.treediff` reads the files as bytes and diffs them against the pristine git dir of the
+group's workspace, which is never mounted into a container.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
-# Build caches the tests leave behind are not part of an answer.
-_EXCLUDES = [":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc", ":(exclude,glob)**/.pytest_cache/**"]
+from sandbox.treediff import TreeDiffError, tree_diff
 
 
 class ToolError(Exception):
@@ -30,8 +33,12 @@ def _cap(text: str, limit: int) -> str:
 
 class AgentTools:
     def __init__(self, root: Path, container: Any, *, test_cmd: str, timeout: float = 30.0,
-                 output_chars: int = 2000) -> None:
+                 output_chars: int = 2000, pristine_git_dir: Path | None = None,
+                 base_commit: str | None = None) -> None:
         self.root = Path(root).resolve()
+        self.pristine_git_dir = pristine_git_dir  # outside the mounted tree; the agent never had write access
+        self.base_commit = base_commit
+        self.diff_error: str | None = None
         self.container = container
         self.test_cmd = test_cmd
         self.timeout = timeout
@@ -148,9 +155,13 @@ class AgentTools:
         return "submitted"
 
     def diff(self) -> str:
-        """The answer: `git diff` of the work tree against the task's base commit (new files included)."""
-        git = ["git", "-c", "safe.directory=*", "-C", str(self.root)]
-        subprocess.run([*git, "add", "-A", "--", ".", *_EXCLUDES], check=True, capture_output=True)
-        out = subprocess.run([*git, "diff", "--cached", "--no-color", "--no-ext-diff"], check=True,
-                             capture_output=True, text=True, errors="replace")
-        return out.stdout
+        """The answer: `git diff --binary` of the work tree against the task's base commit (new files included,
+        `.gitignore`d files and build caches left out), computed without git touching the tree. A tree past
+        the diff's limits (too many or too big files) gives "" and sets `diff_error`."""
+        if self.pristine_git_dir is None or self.base_commit is None:
+            raise RuntimeError("AgentTools.diff needs pristine_git_dir and base_commit")
+        try:
+            return tree_diff(self.root, self.pristine_git_dir, self.base_commit)
+        except TreeDiffError as exc:
+            self.diff_error = str(exc)
+            return ""

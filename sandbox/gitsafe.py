@@ -1,0 +1,187 @@
+"""The one way gagar runs git on the host: trusted configuration only, and never a git dir a policy could write.
+
+Why: git runs commands named in its configuration and in the work tree (hooks, `core.fsmonitor`, clean/smudge
+filters and textconv drivers named by `.gitattributes`, `core.pager`, `diff.external`, `core.sshCommand`, and
+`include.path` pulls in more of them). A policy that can write a repository's `.git` — an agent with a shell in
+its container, or tests running there — can plant any of these, and the next host-side git command in that
+repository runs them as the host user. So every host git call goes through `run()`/`git()` here:
+
+- the environment is rebuilt: every inherited `GIT_*` variable is dropped (`GIT_CONFIG_PARAMETERS`,
+  `GIT_EXTERNAL_DIFF`, `GIT_SSH_COMMAND`, … could inject commands), `GIT_CONFIG_NOSYSTEM=1`,
+  `GIT_CONFIG_GLOBAL=/dev/null`, `GIT_ATTR_NOSYSTEM=1`, `HOME`/`XDG_CONFIG_HOME` point at `/nonexistent`
+  (Debian's home for daemon users: never created, so no per-user file can be read; a temp dir would show
+  up in the hardening suite's leaked-temp-dir check), no prompts, no optional locks;
+- `-c` options switch off what trusted config could still name: hooks, fsmonitor, pager, external diff,
+  global attributes/excludes files, credential helpers, every transport but `file`, automatic gc;
+- a repository is named explicitly (`git_dir`, or `cwd` for repos gagar made itself, with discovery fenced by
+  `GIT_CEILING_DIRECTORIES`), and `safe.directory` is only ever the one trusted source path, never `*`.
+
+What remains is the repository's own `.git/config`, which git always reads. That is why the rule for callers
+is: **never pass a git dir a policy could have written.** Trees a policy wrote are read by
+`sandbox.treediff` (plain file reads, no git in the tree) and diffed against the pristine git dir kept
+outside the mounted tree. `export_commit` makes such pristine repositories: the base commit only, no later
+history (the "no future" rule: a work tree must not reveal commits after `base_commit`, e.g. the task's fix).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+GIT = shutil.which("git") or "git"
+NO_HOME = "/nonexistent"
+HARDENED_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "core.pager=cat",
+    "core.attributesFile=/dev/null",
+    "core.excludesFile=/dev/null",
+    "core.askPass=",
+    "core.sshCommand=false",
+    "core.autocrlf=false",
+    "core.symlinks=true",
+    "diff.external=",  # empty: a diff command without --no-ext-diff fails instead of running anything
+    "credential.helper=",
+    "protocol.allow=never",
+    "protocol.file.allow=always",
+    "submodule.recurse=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "advice.detachedHead=false",
+    "init.templateDir=",
+)
+BASE_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    "HOME": NO_HOME,
+    "XDG_CONFIG_HOME": NO_HOME,
+    "LC_ALL": "C",
+}
+# Variables that name programs git (or what it starts) would run, beside the GIT_* family.
+_DROP = {"EDITOR", "VISUAL", "SSH_ASKPASS", "LESSOPEN", "LESSCLOSE", "HOME", "XDG_CONFIG_HOME"}
+
+
+class GitError(RuntimeError):
+    """A git command failed; the message names the command and git's own words."""
+
+
+@dataclass
+class GitResult:
+    rc: int
+    out: str | bytes
+    err: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def text(self) -> str:
+        """stdout and stderr together, for logs."""
+        out = self.out.decode("utf-8", "replace") if isinstance(self.out, bytes) else self.out
+        return (out + ("\n" if out and not out.endswith("\n") else "") + self.err).strip()
+
+
+def hardened_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment every host git command gets (see the module docstring); `extra` adds GIT_* values the
+    caller sets itself, e.g. a fixed author for reproducible commits."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k not in _DROP}
+    env.update(BASE_ENV)
+    env.update(extra or {})
+    return env
+
+
+def run(*args: str, git_dir: Path | str | None = None, work_tree: Path | str | None = None,
+        cwd: Path | str | None = None, trusted_dir: Path | str | None = None, input: str | bytes | None = None,
+        binary: bool = False, env: dict[str, str] | None = None, timeout: float = 600) -> GitResult:
+    """Run `git ARGS` hardened; never raises on a failing git (see `git()` for that).
+
+    `git_dir`/`work_tree` name the repository explicitly (GIT_DIR/GIT_WORK_TREE). Without `git_dir`, `cwd` is
+    the repository and discovery stops there (it never climbs into a parent repo). `trusted_dir` is a
+    repository gagar did not create but trusts (the user's clone) that may be owned by another user: it is the
+    one `safe.directory` allowed. `binary` returns stdout as bytes; `input` is fed to stdin.
+    """
+    cmd = [GIT]
+    for opt in HARDENED_CONFIG:
+        cmd += ["-c", opt]
+    if trusted_dir is not None:
+        cmd += ["-c", f"safe.directory={Path(trusted_dir).resolve()}"]
+    extra = dict(env or {})
+    if git_dir is not None:
+        extra["GIT_DIR"] = str(Path(git_dir).resolve())
+        if work_tree is not None:
+            extra["GIT_WORK_TREE"] = str(Path(work_tree).resolve())
+        cwd = work_tree if work_tree is not None else (cwd if cwd is not None else git_dir)
+    elif cwd is not None:
+        extra["GIT_CEILING_DIRECTORIES"] = str(Path(cwd).resolve().parent)
+    if isinstance(input, str):
+        input = input.encode("utf-8", "surrogateescape")
+    try:
+        proc = subprocess.run([*cmd, *args], cwd=cwd, input=input, capture_output=True, timeout=timeout,
+                              env=hardened_env(extra), stdin=subprocess.DEVNULL if input is None else None)
+    except subprocess.TimeoutExpired:
+        return GitResult(124, b"" if binary else "", f"git {' '.join(args[:2])} timed out after {timeout:g}s")
+    err = proc.stderr.decode("utf-8", "replace").strip()
+    out = proc.stdout if binary else proc.stdout.decode("utf-8", "replace")
+    return GitResult(proc.returncode, out, err)
+
+
+def git(*args: str, **kw) -> str:
+    """`run(...)` that returns stdout and raises `GitError` when git fails."""
+    res = run(*args, **kw)
+    if not res.ok:
+        raise GitError(f"git {' '.join(a for a in args[:3] if not a.startswith('-'))} failed: {res.err[-500:]}")
+    return res.out  # type: ignore[return-value]
+
+
+def git_dir_of(repo: Path | str) -> Path:
+    """The git dir of a trusted repository given by its work tree (`repo/.git`) or as a bare repository."""
+    repo = Path(repo)
+    return repo / ".git" if (repo / ".git").exists() else repo
+
+
+def source_git(repo: Path | str, *args: str, **kw) -> str:
+    """`git ARGS` in a trusted source repository (the user's clone under --repos-dir, never a tree a policy
+    wrote), which may be owned by another user: its path is the one `safe.directory`. Raises `GitError`."""
+    return git(*args, git_dir=git_dir_of(repo), trusted_dir=repo, **kw)
+
+
+def resolve_commit(source: Path | str, rev: str) -> str:
+    """The full sha of `rev` in the trusted repository `source`; `GitError` when it has no such commit."""
+    source = Path(source)
+    res = run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", git_dir=git_dir_of(source),
+              trusted_dir=source)
+    if not res.ok or not str(res.out).strip():
+        raise GitError(f"{source} has no commit {rev}")
+    return str(res.out).strip()
+
+
+def export_commit(source: Path | str, rev: str, dest: Path | str, *, checkout: bool = True) -> str:
+    """Make `dest` a fresh repository holding only commit `rev` of the trusted repository `source`.
+
+    A depth-1 fetch of that one commit into an empty `git init` (no templates): the commit keeps its sha (the
+    task's `base_commit` still names it, `.git/shallow` lists it), and nothing after it exists in `dest` —
+    no later commits, branches, tags, remotes, reflogs or packed objects, not even FETCH_HEAD. With `checkout`
+    the work tree is checked out at the commit (detached HEAD). Returns the sha.
+    """
+    source, dest = Path(source), Path(dest)
+    sha = resolve_commit(source, rev)
+    dest.mkdir(parents=True, exist_ok=True)
+    git("init", "--quiet", "--template=", str(dest), cwd=dest.parent)
+    gd = dest / ".git"
+    git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", str(git_dir_of(source).resolve()), sha,
+        git_dir=gd, trusted_dir=source)
+    if checkout:
+        git("-c", "core.logAllRefUpdates=false", "checkout", "--quiet", "--detach", sha, git_dir=gd, work_tree=dest)
+    else:
+        git("update-ref", "--no-deref", "HEAD", sha, git_dir=gd)
+    shutil.rmtree(gd / "logs", ignore_errors=True)
+    return sha
