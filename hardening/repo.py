@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
+
+from sandbox import gitsafe
 
 REPO = "acme/fortress"
 INSTANCE_ID = "acme__fortress-1"
@@ -30,8 +31,8 @@ GIT_ENV = {
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV}, check=True,
-                          capture_output=True, text=True).stdout
+    """Hardened git (`sandbox.gitsafe`) in a repo this module made, with a fixed author and date."""
+    return gitsafe.git(*args, cwd=cwd, env=GIT_ENV)
 
 
 class Fortress:
@@ -86,9 +87,9 @@ class Fortress:
                 p.parent.mkdir(parents=True, exist_ok=True)
                 os.symlink(target, p)
             git(scratch, "add", "-A")
-            out = subprocess.run(["git", "diff", "--cached", "--binary"], cwd=scratch, check=True,
-                                 capture_output=True, env={**os.environ, **GIT_ENV}).stdout
-        return out.decode("utf-8", "surrogateescape")
+            out = gitsafe.git("diff", "--cached", "--binary", "--no-ext-diff", cwd=scratch, env=GIT_ENV,
+                              binary=True)
+        return out.decode("utf-8", "surrogateescape")  # type: ignore[union-attr]
 
     def calc_patch(self, body: str, prelude: str = "") -> str:
         """A patch replacing add() with `body` (unindented code, indented here) after `prelude`."""
