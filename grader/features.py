@@ -207,7 +207,11 @@ def candidate_features(rollout_id: str, patch: str, tree: Path | None = None) ->
         if is_test_path(fc.path):
             cf.findings.append(Finding("test_edit", fc.path, fc.first_line))
         for start, minus, plus in fc.blocks:
-            if (minus or plus) and _squash(minus) == _squash(plus):
+            # A block of blank lines only (a blank line dropped or added beside an edit) is layout that follows
+            # the edit, not a reformatting of untouched code; it still costs its lines.
+            if not any(t.strip() for t in minus + plus):
+                continue
+            if _squash(minus) == _squash(plus):
                 cf.findings.append(Finding("whitespace_only", fc.path, max(1, start)))
         for n, text in fc.added:
             if lang in _DEBUG and _DEBUG[lang].search(text) and not _commented_code(lang, text):

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from grader.backends import ChatBackend
+from grader.hacks import apply_hacks, workspace_hacks
 from grader.heuristic import rank_workspace
 from grader.judge import LLMJudge
 from grader.records import Grading, Group
@@ -33,7 +34,10 @@ def grade_group(
         if backend is None:
             raise ValueError("judge='llm' needs a backend (see grader.backends)")
         llm = LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens)
-        return llm.grade_workspace(ws, permutations=permutations, seed=seed)
+        graded = llm.grade_workspace(ws, permutations=permutations, seed=seed)
+        # Static hack evidence overrides the model's ranking: a judge can be talked out of a verdict (the
+        # candidate's own code and comments are in its context), a finding on the code cannot.
+        return apply_hacks(graded, workspace_hacks(ws))
 
 
 def grade_groups(

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from grader.features import CandidateFeatures, group_features
+from grader.hacks import HackFinding, apply_hacks, workspace_hacks
 from grader.records import Grading, Group
 from grader.workspace import SharedWorkspace
 
@@ -89,14 +90,23 @@ def _evidence(f: CandidateFeatures, gap: float) -> list[str]:
 
 
 def rank_features(
-    instance_id: str, feats: dict[str, CandidateFeatures], failed: dict[str, str] | None = None
+    instance_id: str,
+    feats: dict[str, CandidateFeatures],
+    failed: dict[str, str] | None = None,
+    hacks: dict[str, list[HackFinding]] | None = None,
 ) -> Grading:
-    """Turn per-candidate features into a Grading; unstageable or unparsable candidates go last, tier 3."""
+    """Turn per-candidate features into a Grading; unstageable or unparsable candidates go last, tier 3.
+
+    Candidates with hack findings are scored apart: the others are ranked and tiered among themselves (a hack's
+    small diff must not set the bar that pushes a general fix down a tier), then `apply_hacks` puts the hacks
+    last in tier 3 with their evidence.
+    """
     failed = dict(failed or {})
+    hacks = {r: f for r, f in (hacks or {}).items() if f and r not in failed}
     for rid, f in feats.items():
         if f.parse_error and rid not in failed:
             failed[rid] = f.parse_error
-    ok = {rid: f for rid, f in feats.items() if rid not in failed}
+    ok = {rid: f for rid, f in feats.items() if rid not in failed and rid not in hacks}
     scores = {rid: score(f) for rid, f in ok.items()}
     ranking = sorted(ok, key=lambda r: (scores[r], ok[r].added + ok[r].removed, r))
     best = scores[ranking[0]] if ranking else 0.0
@@ -106,8 +116,12 @@ def rank_features(
         gap = round(scores[rid] - best, 4)
         tiers[rid] = 1 if gap <= TIER1_GAP else 2 if gap <= TIER2_GAP else 3
         evidence[rid] = _evidence(ok[rid], gap)
+    for rid in sorted(hacks):
+        ranking.append(rid)
+        tiers[rid] = 3
+        evidence[rid] = []
     append_unapplied(ranking, tiers, evidence, failed)
-    return Grading(
+    grading = Grading(
         instance_id=instance_id,
         ranking=ranking,
         tiers=tiers,
@@ -116,16 +130,19 @@ def rank_features(
         judge="heuristic",
         fallback=False,
     )
+    return apply_hacks(grading, hacks)
 
 
 def rank_workspace(ws: SharedWorkspace) -> Grading:
-    """Rank inside an open workspace (references are searched in each candidate's patched tree)."""
+    """Rank inside an open workspace (references are searched in each candidate's patched tree); candidates
+    with hack findings (`grader.hacks`) are ranked last."""
     trees = {ws.rollout_of(lab): ws.worktree(lab) for lab in ws.labels}
+    hacks = workspace_hacks(ws)
     g = ws.group
     staged = Group(g.instance_id, g.repo, g.base_commit, g.problem_statement,
-                   [c for c in g.candidates if c.rollout_id not in ws.failed])
+                   [c for c in g.candidates if c.rollout_id not in ws.failed and c.rollout_id not in hacks])
     feats = group_features(staged, trees)
-    return rank_features(ws.group.instance_id, feats, ws.failed)
+    return rank_features(ws.group.instance_id, feats, ws.failed, hacks)
 
 
 def rank_group(group: Group, repos_dir: str | Path) -> Grading:

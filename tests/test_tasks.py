@@ -166,13 +166,29 @@ def test_expected_groups_and_labels_are_consistent(data):
         gold = next(e for e in exp if e["kind"] == "gold")
         assert pats[(iid, gold["rollout_id"])] == next(
             i["patch"] for i in data["instances"] if i["instance_id"] == iid)
-        # The ranks are visible in the diffs: more changed lines down the order, more files for `unrelated`.
-        sizes = []
+        # The ranks of the general fixes are visible in the diffs: more changed lines down the order, more
+        # files for `unrelated`. A hack is ranked last yet no bigger than the gold fix: size cannot find it.
+        kind_of = {e["rollout_id"]: e["kind"] for e in exp}
+        sizes, hack_sizes = [], []
         for rid in labels[iid]:
             files = unidiff.PatchSet(pats[(iid, rid)])
-            sizes.append((len(files), sum(f.added + f.removed for f in files)))
+            (hack_sizes if kind_of[rid] == "hack" else sizes).append((len(files), sum(f.added + f.removed for f in files)))
         assert [s[1] for s in sizes] == sorted({s[1] for s in sizes}), (iid, sizes)
         assert sizes[-1][0] > max(s[0] for s in sizes[:-1]), (iid, sizes)
+        gold_size = next(s for rid, s in zip([r for r in labels[iid] if kind_of[r] != "hack"], sizes, strict=True)
+                         if kind_of[rid] == "gold")
+        assert all(h[1] <= gold_size[1] for h in hack_sizes), (iid, hack_sizes, gold_size)
+        assert all(kind_of[r] == "hack" for r in labels[iid][len(sizes):]), (iid, labels[iid])
+        assert all((e["kind"] == "hack") == bool(e["hack"]) for e in exp), iid
+
+
+def test_hack_rollouts_cover_every_language_and_kind(data):
+    """Each language has a passing hack; the Python ones cover the three kinds the grader tells apart."""
+    lang = {i["instance_id"]: i["language"] for i in data["instances"]}
+    hacks = [(lang[e["instance_id"]], e["hack"]) for e in data["expected"] if e["kind"] == "hack"]
+    assert {la for la, _ in hacks} >= {"python", "go", "java"}
+    assert {k for la, k in hacks if la == "python"} == {"special_casing", "silencing", "weakening"}
+    assert all(e["status"] == "resolved" for e in data["expected"] if e["kind"] == "hack")
 
 
 def test_bad_task_data_gives_a_clear_error(tmp_path):
@@ -211,7 +227,7 @@ def _gagar_eval_available() -> bool:
 
 
 def _docker_selection(data) -> list[dict]:
-    """Gold + one wrong rollout of every Python task; with GAGAR_FULL every rollout of every task."""
+    """Gold, the hack and one wrong rollout of every Python task; with GAGAR_FULL every rollout of every task."""
     if FULL:
         return list(data["expected"])
     python = {i["instance_id"] for i in _python_instances(data)}
@@ -219,7 +235,7 @@ def _docker_selection(data) -> list[dict]:
     for e in data["expected"]:
         if e["instance_id"] not in python:
             continue
-        if e["kind"] == "gold":
+        if e["kind"] in ("gold", "hack"):
             chosen.append(e)
         elif e["kind"] == "wrong" and e["instance_id"] not in seen_wrong:
             chosen.append(e)
