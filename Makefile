@@ -15,14 +15,15 @@ setup: venv docker images tasks
 venv: $(VENV)/.installed
 
 # torch first, pinned, so pip takes the local CPU wheel instead of a multi-GB CUDA build.
-# verl last and --no-deps: it pins transformers<5.11, yet its core_algos registry (all the verl plugin needs)
-# imports fine beside transformers 5.24 with just the packages on that line.
+# verl last and --no-deps: it pins transformers<5.11, yet its trainer module (ray_trainer: the advantage dispatch
+# and RayPPOTrainer, all the verl integration needs) imports fine beside transformers 5.24 with the packages on
+# that line.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -c requirements.lock -e ".[dev,ray]"
-	$(PY) -m pip install -q -c requirements.lock packaging ray tensordict omegaconf codetiming orjson && $(PY) -m pip install -q --no-deps -c requirements.lock verl==0.9.1
+	$(PY) -m pip install -q -c requirements.lock packaging ray tensordict omegaconf codetiming orjson torchdata cachetools fastapi uvicorn && $(PY) -m pip install -q --no-deps -c requirements.lock verl==0.9.1
 	touch $@
 
 docker:
