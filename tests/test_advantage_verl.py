@@ -1,16 +1,26 @@
-"""The verl plugin against the real verl 0.9.1 registry (installed by the Makefile, --no-deps; see docs)."""
+"""The verl integration against the real verl 0.9.1 (installed by the Makefile, --no-deps; see docs/advantage.md):
+estimators in verl's registry, and GAGAR's columns reaching the estimator through verl's own advantage dispatch
+(`verl.trainer.ppo.ray_trainer.compute_advantage`) on real `DataProto` batches."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tensordict import TensorDict
+from verl import DataProto
 from verl.trainer.config import AlgoConfig
-from verl.trainer.ppo import core_algos
+from verl.trainer.ppo import core_algos, ray_trainer
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from sandbox.records import EvalResult
 from trainer.advantage import compute_advantages, gagar_advantages
-from trainer.integrations import verl_plugin
+from trainer.integrations import verl_plugin, verl_trainer
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "verl"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -27,6 +37,16 @@ def batch():
     token_rewards = torch.zeros(8, 5)
     token_rewards[torch.arange(8), lengths - 1] = scores  # verl puts the outcome reward on the last token
     return uids, scores, mask, token_rewards
+
+
+def dataproto(columns: dict) -> DataProto:
+    uids, _, mask, token_rewards = batch()
+    td = TensorDict({"token_level_rewards": token_rewards, "response_mask": mask}, batch_size=[8])
+    return DataProto(batch=td, non_tensor_batch={"uid": uids, **columns})
+
+
+WEIGHTS = np.array([1.0, math.nan, math.nan, 0.2, 0.6, 1.0, math.nan, 1.0])
+HACKED = np.array([False, False, False, False, True, False, False, False])
 
 
 def test_gapo_registered_and_reads_config():
@@ -56,18 +76,98 @@ def test_our_grpo_matches_verls_own():
     assert torch.allclose(verl_adv, ours[:, None] * mask[keep], atol=1e-6)
 
 
-def test_gagar_with_weights_hacks_and_fallback():
-    uids, scores, mask, token_rewards = batch()
-    fn = core_algos.get_adv_estimator_fn("gagar")
-    weights = np.array([1.0, math.nan, math.nan, 0.2, 0.6, 1.0, math.nan, 1.0])
-    hacked = np.array([False, False, False, False, True, False, False, False])
-    cfg = OmegaConf.create({"gagar": {"cap": 2.0}})
-    adv, _ = fn(token_level_rewards=token_rewards, response_mask=mask, index=uids, config=cfg,
-                non_tensor_batch={"uid": uids, "gagar_weight": weights, "gagar_hacked": hacked})
-    expect = gagar_advantages(scores, scores > 0.5, torch.tensor(weights, dtype=torch.float32), index=list(uids),
-                              hacked=torch.tensor(hacked), cap=2.0)
-    assert torch.allclose(adv, expect[:, None] * mask)
-    assert (adv[4] == 0).all() and adv[0].max() > 0  # the hack is a failure now (GAPO: Q = 0)
-    # no grader weights: GAGAR falls back to GAPO
-    plain, _ = fn(token_level_rewards=token_rewards, response_mask=mask, index=uids, config=None)
-    assert torch.allclose(plain, compute_advantages(scores, index=list(uids))[:, None] * mask)
+def test_verls_dispatch_alone_drops_the_columns_and_gagar_says_so():
+    # verl 0.9.1 forwards non_tensor_batch only to GDPO: a gagar run outside our trainer must not silently
+    # fall back to the base advantages (the grader weights would be lost without a trace).
+    data = dataproto({"gagar_passed": batch()[1].numpy() > 0, "gagar_weight": WEIGHTS, "gagar_hacked": HACKED})
+    with pytest.raises(ValueError, match="did not reach the estimator.*GagarRayPPOTrainer"):
+        ray_trainer.compute_advantage(data, adv_estimator="gagar", config=OmegaConf.create({}))
+
+
+def test_gagar_weights_reach_the_estimator_through_verls_dispatch():
+    uids, scores, mask, _ = batch()
+    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gagar": {"cap": 2.0, "base": "grpo"}})
+    data = dataproto({"gagar_passed": scores.numpy() > 0, "gagar_weight": WEIGHTS, "gagar_hacked": HACKED})
+    with verl_trainer.gagar_dispatch():  # what GagarRayPPOTrainer.fit opens around verl's own loop
+        out = ray_trainer.compute_advantage(data, adv_estimator="gagar", config=cfg)
+    assert ray_trainer.compute_advantage is verl_trainer.VERL_COMPUTE_ADVANTAGE  # restored
+    expect = gagar_advantages(scores, scores > 0, torch.tensor(WEIGHTS, dtype=torch.float32), index=list(uids),
+                              hacked=torch.tensor(HACKED), cap=2.0, estimator="grpo")
+    assert torch.allclose(out.batch["advantages"], expect[:, None] * mask)
+    plain = compute_advantages(torch.where(torch.tensor(HACKED), 0.0, scores), estimator="grpo", index=list(uids))
+    assert not torch.allclose(expect, plain)  # the weights changed something: u2's passing pair (f 1.0 vs …)
+    assert (out.batch["advantages"][4] <= 0).all()  # the hack is a failure now
+
+
+def test_gagar_trainer_fit_routes_verls_loop_through_our_dispatch(monkeypatch):
+    seen = {}
+
+    def verl_fit(self):  # stands in for RayPPOTrainer.fit: it calls the module-level function by name
+        data = dataproto({"gagar_passed": batch()[1].numpy() > 0, "gagar_weight": WEIGHTS})
+        seen["adv"] = ray_trainer.compute_advantage(data, adv_estimator="gagar", config=None).batch["advantages"]
+
+    monkeypatch.setattr(RayPPOTrainer, "fit", verl_fit)
+    trainer = object.__new__(verl_trainer.GagarRayPPOTrainer)
+    verl_trainer.GagarRayPPOTrainer.fit(trainer)
+    assert "adv" in seen and ray_trainer.compute_advantage is verl_trainer.VERL_COMPUTE_ADVANTAGE
+    with pytest.raises(ValueError, match="did not reach"):
+        RayPPOTrainer.fit(trainer)  # the same loop without the subclass
+
+
+def test_trainer_grades_groups_that_need_it_with_the_real_grader(bundled_tasks):
+    # One bundled task, two groups: g1 = minimal, bloated (pass) + two wrong patches; g2 = three passing
+    # copies of the bloated patch and one wrong. With the gapo base, g2's centre is 1 (its passing advantages
+    # are 0): no judge call; g1 is graded by the real heuristic grader, which puts minimal above bloated.
+    iid = "acme__bytesize-7"
+    patches = {json.loads(line)["rollout_id"]: json.loads(line)["model_patch"]
+               for line in (bundled_tasks / "predictions.jsonl").read_text().splitlines()
+               if line.strip() and json.loads(line)["instance_id"] == iid}
+    kinds = ["minimal", "bloated", "wrong-loop-bound", "wrong-shifted-bound",
+             "bloated", "bloated", "bloated", "wrong-loop-bound"]
+    passed = np.array([k in ("minimal", "bloated") for k in kinds])
+    uids = np.array(["g1"] * 4 + ["g2"] * 4, dtype=object)
+    mask = torch.ones(8, 3)
+    token_rewards = torch.zeros(8, 3)
+    token_rewards[:, -1] = torch.tensor(passed, dtype=torch.float32)
+    data = DataProto(batch=TensorDict({"token_level_rewards": token_rewards, "response_mask": mask}, batch_size=[8]),
+                     non_tensor_batch={"uid": uids, "gagar_passed": passed, "gagar_hacked": np.zeros(8, bool),
+                                       "gagar_patch": np.array([patches[k] for k in kinds], dtype=object),
+                                       "gagar_instance": np.array([iid] * 8, dtype=object)})
+    cfg = OmegaConf.create({"gagar": {"base": "gapo", "tasks_dir": str(bundled_tasks)}})
+    out = verl_trainer.compute_advantage(data, "gagar", config=cfg)
+    w = out.non_tensor_batch["gagar_weight"]
+    assert w[0] > w[1] and np.isnan(w[2:]).all()  # only g1's passing pair was graded
+    adv = out.batch["advantages"][:, -1]
+    base = compute_advantages(torch.tensor(passed, dtype=torch.float32), index=list(uids))
+    assert adv[0] > base[0] and adv[1] < base[1]  # redistributed towards the minimal patch
+    assert torch.allclose(adv[0] + adv[1], base[0] + base[1])  # the group's positive total is kept
+    assert torch.allclose(adv[2:], base[2:])
+
+
+def test_reward_scores_hacks_zero():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gagar_verl_reward", RECIPE / "reward.py")
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    clean = EvalResult("i", "m", "0", "resolved", resolved=True)
+    tampered = EvalResult("i", "m", "1", "resolved", resolved=True, tampered_tests=True)
+    forged = EvalResult("i", "m", "2", "resolved", resolved=True, suspicious_report=True)
+    assert reward.score_result(clean, "diff")["score"] == 1.0
+    for r in (tampered, forged):
+        out = reward.score_result(r, "diff")
+        assert out["score"] == 0.0 and out["gagar_hacked"] and not out["gagar_passed"]
+
+
+def test_recipe_config_composes_against_verls_and_selects_our_trainer():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(RECIPE), version_base=None):
+        cfg = compose("gagar", overrides=["actor_rollout_ref.model.path=/m", "data.train_files=/t",
+                                          "data.val_files=/v", "reward.custom_reward_function.path=/r.py"])
+    assert cfg.algorithm.adv_estimator == "gagar" and cfg.trainer.use_v1 is False
+    assert verl_plugin.gagar_options(cfg.algorithm)["base"] == "grpo"  # binary sandbox reward
+    assert cfg.reward.custom_reward_function.name == "compute_score"
+    runner = verl_trainer.GagarTaskRunner()
+    with pytest.raises(ValueError, match="use_v1=false"):
+        runner.run(OmegaConf.merge(cfg, {"trainer": {"use_v1": True}}))

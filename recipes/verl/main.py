@@ -1,8 +1,9 @@
-"""verl entry point with gagar's estimators registered in every Ray worker process.
+"""verl entry point for GAGAR: verl's PPO loop with `GagarRayPPOTrainer` (trainer/integrations/verl_trainer.py).
 
-verl runs `compute_advantage` inside its TaskRunner actor, not in this process, so registering the `gapo` and
-`gagar` estimators here alone would not reach it. We start Ray ourselves with a worker setup hook that registers
-them in every worker; verl's `run_ppo` then sees Ray initialised and reuses it. Usage: see run.sh.
+verl runs the advantage step inside its TaskRunner actor and rewards inside reward-loop workers, not in this
+process, so every Ray worker needs this repo on its path and the `gapo`/`gagar` estimators registered: we add
+both to the Ray runtime env that verl's `run_ppo` starts Ray with (its own env vars kept), then hand the composed
+config to `verl_trainer.run`, which is verl's `main_ppo.main` with our TaskRunner. Usage: see run.sh.
 """
 
 from __future__ import annotations
@@ -14,23 +15,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import hydra  # noqa: E402
+from omegaconf import DictConfig, open_dict  # noqa: E402
 
-def main() -> None:
-    import ray
 
-    from trainer.integrations import verl_plugin
+def add_runtime_env(config: DictConfig) -> None:
+    """Our path, GAGAR_*/DOCKER_HOST env vars and the estimator registration hook, for every Ray worker."""
+    env_vars = {k: v for k, v in os.environ.items() if k.startswith(("GAGAR_", "DOCKER_HOST"))}
+    env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    with open_dict(config):
+        runtime_env = config.ray_kwargs.ray_init.setdefault("runtime_env", {})
+        runtime_env.setdefault("env_vars", {}).update(env_vars)
+        runtime_env["worker_process_setup_hook"] = "trainer.integrations.verl_plugin.register"
+
+
+@hydra.main(config_path=None, config_name=None, version_base=None)  # run.sh passes --config-path/--config-name
+def main(config: DictConfig) -> None:
+    from trainer.integrations import verl_plugin, verl_trainer
 
     verl_plugin.register()
-    if not ray.is_initialized():
-        env_vars = {k: v for k, v in os.environ.items() if k.startswith(("GAGAR_", "DOCKER_HOST"))}
-        env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        ray.init(address=os.environ.get("RAY_ADDRESS") or None, runtime_env={
-            "worker_process_setup_hook": "trainer.integrations.verl_plugin.register",
-            "env_vars": env_vars,
-        })
-    from verl.trainer import main_ppo
-
-    main_ppo.main()  # hydra parses sys.argv: the overrides from run.sh
+    add_runtime_env(config)
+    verl_trainer.run(config)
 
 
 if __name__ == "__main__":

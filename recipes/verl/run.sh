@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GAPO/GAGAR in verl on Ray, across nodes, with the Docker sandbox as the reward.
+# GAGAR in verl 0.9.1 on Ray, across nodes, with the Docker sandbox as the reward and GagarRayPPOTrainer
+# (trainer/integrations/verl_trainer.py) grading each group's passing patches before the advantage.
 # Needs its own environment with verl's pins (verl 0.9.1 wants transformers < 5.11), e.g.:
 #   python -m venv .venv-verl && .venv-verl/bin/pip install 'verl[vllm]==0.9.1' -e . --no-deps
 #   (then install this package's runtime deps that verl does not: docker GitPython unidiff rich PyYAML)
@@ -18,5 +19,5 @@ DATA="${DATA:-$PWD/.gagar/verl-data}"
 "$PY" recipes/verl/main.py --config-path "$PWD/recipes/verl" --config-name gagar \
   data.train_files="$DATA/train.parquet" data.val_files="$DATA/val.parquet" \
   actor_rollout_ref.model.path="$MODEL" \
-  custom_reward_function.path="$PWD/recipes/verl/reward.py" custom_reward_function.name=compute_score \
+  reward.custom_reward_function.path="$PWD/recipes/verl/reward.py" \
   "$@"
