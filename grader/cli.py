@@ -98,7 +98,7 @@ def _run(
 def grade_main(argv: list[str]) -> int:
     prog = "gagar grade"
     p = argparse.ArgumentParser(prog=prog, description="Rank the passing candidates of each group.")
-    p.add_argument("--groups", required=True, type=Path, help="groups JSONL (DESIGN format)")
+    p.add_argument("--groups", required=True, type=Path, help="groups JSONL (format: docs/contracts.md)")
     p.add_argument("--repos-dir", required=True, type=Path, help="holds <owner>__<name> git repositories")
     p.add_argument("--out", required=True, type=Path, help="output JSONL (written atomically, resumable)")
     p.add_argument("--redo", action="store_true", help="grade again the groups already in --out")

@@ -1,4 +1,4 @@
-"""Typed records of `gagar grade` (fixed contracts in shared/DESIGN.md).
+"""Typed records of `gagar grade` (the contracts are in docs/contracts.md).
 
 A `Group` is one instance's passing candidates; a `Grading` is one output line. Both round-trip through
 plain dicts so that JSONL files, the SFT data builder and the trainer share exactly one schema.

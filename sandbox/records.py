@@ -1,4 +1,4 @@
-"""Typed records that cross the sandbox boundary (fixed contracts in shared/DESIGN.md).
+"""Typed records that cross the sandbox boundary (the contracts are in docs/contracts.md).
 
 `Instance` and `Prediction` are what users hand to `gagar eval`; `EvalResult` is one line of
 `results.jsonl` and what the trainer and grader read back. Field names follow SWE-bench.
