@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hardening.agent_git import run_agent_git  # noqa: E402
 from hardening.faults import EngineError  # noqa: E402
 from hardening.grader_cases import run_hostile_judge, run_hostile_patches, run_injection  # noqa: E402
 from hardening.harness import docker_reason, run_corpus  # noqa: E402
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             ("grader_hostile_replies", run_hostile_judge, {}),
             ("grader_hostile_patches", run_hostile_patches, {}),
             ("grader_injection", run_injection, {}),
+            ("agent_git", run_agent_git, {}),
         ]:
             d = scratch / name
             d.mkdir()
@@ -111,11 +113,13 @@ def _figures(sections: dict[str, dict]) -> dict:
     corpus = sections.get("corpus", {})
     grader = sections.get("grader_hostile_replies", {})
     scenarios = ["engine_crash", "sigint", "sigterm", "report_dir", "grader_hostile_patches", "grader_injection"]
-    tried = corpus.get("cases_tried", 0) + grader.get("scripts", 0) + len(scenarios)
+    agent_git = sections.get("agent_git", {})
+    tried = corpus.get("cases_tried", 0) + grader.get("scripts", 0) + len(scenarios) + agent_git.get("tried", 0)
     failed = [f"{name}: {p}" for name, s in sections.items() for p in s.get("problems", [])]
     grader_failed = len({p.split(":")[0] for p in grader.get("problems", [])})
     contained = (corpus.get("contained", 0) + grader.get("scripts", 0) - grader_failed
-                 + sum(1 for n in scenarios if n in sections and not sections[n].get("problems")))
+                 + sum(1 for n in scenarios if n in sections and not sections[n].get("problems"))
+                 + agent_git.get("contained", 0))
     load = sections.get("load", {})
     lost = corpus.get("lost_results", 0) + sum(sections.get(n, {}).get("lost", 0) for n in
                                                ("engine_crash", "sigint", "sigterm")) + load.get("lost_results", 0)
@@ -137,12 +141,14 @@ def _figures(sections: dict[str, dict]) -> dict:
         "load_differences_vs_1_worker": load.get("differences_vs_1_worker"),
         "corpus_peak_rss_mb": corpus.get("peak_rss_mb"),
         "engine_crash_infra_errors": sections.get("engine_crash", {}).get("infra_errors"),
+        "agent_git_tried": agent_git.get("tried"),
+        "agent_git_contained": agent_git.get("contained"),
         "failed_checks": failed,
     }
 
 
 LABELS = {
-    "cases_tried": "cases tried (corpus + faults + grader scripts)",
+    "cases_tried": "cases tried (corpus + faults + grader scripts + agent-path git cases)",
     "contained": "contained (expected outcome, nothing escaped)",
     "known_limits": "known limits (tried, reported, not counted as contained)",
     "lost_results": "lost results",
@@ -158,6 +164,8 @@ LABELS = {
     "load_differences_vs_1_worker": "load: results differing from a 1-worker run",
     "corpus_peak_rss_mb": "corpus: peak memory of the gagar process (MiB; holds the 50 MB diff)",
     "engine_crash_infra_errors": "engine crash: predictions ended as infra_error, then finished on re-run",
+    "agent_git_tried": "agent path: git attacks and no-future probes tried (hardening/agent_git.py)",
+    "agent_git_contained": "agent path: contained (no host marker, no secret, no future, plant proved live)",
     "seconds": "suite wall time (s)",
 }
 

@@ -20,13 +20,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sandbox import gitsafe  # noqa: E402
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 FIXED_DATE = "2024-01-15T12:00:00+00:00"
@@ -80,13 +82,11 @@ class TaskError(ValueError):
 
 
 def git(repo: Path, *args: str, input_text: str | None = None) -> str:
-    env = {**os.environ, **GIT_ENV}
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args], env=env, input=input_text, capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip()}")
-    return proc.stdout
+    """The project's hardened git (`sandbox.gitsafe`), with the fixed identity and date of GIT_ENV."""
+    res = gitsafe.run(*args, cwd=repo, env=GIT_ENV, input=input_text)
+    if not res.ok:
+        raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {res.err}")
+    return str(res.out)
 
 
 def load_task(task_dir: Path) -> dict[str, Any]:

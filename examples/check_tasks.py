@@ -26,6 +26,9 @@ from typing import Any
 
 import unidiff
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sandbox import gitsafe  # noqa: E402
+
 IMAGES = {"python": "gagar-python:latest", "go": "gagar-go:latest", "java": "gagar-java:latest"}
 _PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)")
 
@@ -45,8 +48,9 @@ def unsafe_path(path: str) -> bool:
     return pure.is_absolute() or ".." in pure.parts or (pure.parts[:1] == (".git",)) or path.startswith("/")
 
 
-def _git(repo: Path, *args: str, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(repo), *args], input=input_text, capture_output=True, text=True)
+def _git(repo: Path, *args: str, input_text: str | None = None) -> gitsafe.GitResult:
+    """The project's hardened git (`sandbox.gitsafe`) in this tool's own scratch copy."""
+    return gitsafe.run(*args, cwd=repo, input=input_text)
 
 
 def parse_results(framework: str, output: str, report_dir: Path) -> dict[str, bool]:
@@ -115,12 +119,12 @@ def evaluate(instance: dict[str, Any], patch: str, repos_dir: Path, docker: bool
     with tempfile.TemporaryDirectory(prefix="gagar-check-") as tmp:
         work = Path(tmp) / "testbed"
         shutil.copytree(repos_dir / instance["repo"].replace("/", "__"), work, symlinks=True)
-        if _git(work, "apply", "--check", "-", input_text=patch).returncode != 0:
+        if not _git(work, "apply", "--check", "-", input_text=patch).ok:
             return {**verdict, "status": "patch_failed"}
         _git(work, "apply", "-", input_text=patch)
         verdict["tampered_tests"] = bool(test_files & set(paths))
         _git(work, "checkout", instance["base_commit"], "--", *sorted(test_files))
-        if _git(work, "apply", "-", input_text=instance["test_patch"]).returncode != 0:
+        if not _git(work, "apply", "-", input_text=instance["test_patch"]).ok:
             return {**verdict, "status": "infra_error"}
         output, report = run_tests(instance, work, docker)
         try:

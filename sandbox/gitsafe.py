@@ -26,6 +26,7 @@ history (the "no future" rule: a work tree must not reveal commits after `base_c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -173,12 +174,17 @@ def export_commit(source: Path | str, rev: str, dest: Path | str, *, checkout: b
     the work tree is checked out at the commit (detached HEAD). Returns the sha.
     """
     source, dest = Path(source), Path(dest)
-    sha = resolve_commit(source, rev)
+    # A full sha goes straight to the fetch (one git call fewer per group); anything else is resolved first.
+    sha = rev if re.fullmatch(r"[0-9a-f]{40}", rev) else resolve_commit(source, rev)
     dest.mkdir(parents=True, exist_ok=True)
     git("init", "--quiet", "--template=", str(dest), cwd=dest.parent)
     gd = dest / ".git"
-    git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", str(git_dir_of(source).resolve()), sha,
-        git_dir=gd, trusted_dir=source)
+    # unpackLimit=1 keeps the fetched objects as one pack: a rollout's copy of .git is then a dozen files.
+    res = run("-c", "fetch.unpackLimit=1", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1",
+              str(git_dir_of(source).resolve()), sha, git_dir=gd, trusted_dir=source)
+    if not res.ok:
+        resolve_commit(source, sha)  # raises the clear "has no commit" when that is the reason
+        raise GitError(f"cannot fetch {sha} from {source}: {res.err[-500:]}")
     if checkout:
         git("-c", "core.logAllRefUpdates=false", "checkout", "--quiet", "--detach", sha, git_dir=gd, work_tree=dest)
     else:
