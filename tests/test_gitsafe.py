@@ -6,6 +6,7 @@ through the agent's `run` tool in a real container are in tests/test_hardening_a
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -292,3 +293,25 @@ def test_tree_diff_limits(tmp_path: Path) -> None:
         tree_diff(tree, pristine / ".git", base, limits=Limits(max_depth=4))
     with pytest.raises(TreeDiffError, match="entries"):
         tree_diff(tree, pristine / ".git", base, limits=Limits(max_entries=5))
+
+
+def test_agent_answer_past_the_limits_is_empty_with_a_reason(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tree the diff cannot read within its caps gives no answer (a failed rollout), not a crash of the
+    episode batch; the reason reaches the trajectory's events through `diff_error`."""
+    from sandbox import treediff
+    from trainer.agent.tools import AgentTools
+
+    src, base = _benign_repo(tmp_path)
+    pristine = tmp_path / "pristine"
+    gitsafe.export_commit(src, base, pristine)
+    tree = tmp_path / "tree"
+    shutil.copytree(pristine, tree, symlinks=True)
+    tools = AgentTools(tree, container=None, test_cmd="true", pristine_git_dir=pristine / ".git", base_commit=base)
+    (tree / "a.py").write_text("x = 5\n")
+    assert "+x = 5" in tools.diff() and tools.diff_error is None
+    (tree / "huge.bin").write_bytes(b"\0" * 4097)
+    monkeypatch.setattr("trainer.agent.tools.tree_diff",
+                        functools.partial(treediff.tree_diff, limits=Limits(max_file_bytes=4096)))
+    assert tools.diff() == ""
+    assert "huge.bin" in (tools.diff_error or "")
