@@ -169,6 +169,7 @@ class CaseOutcome:
     duration_s: float | None
     problems: list[str] = field(default_factory=list)
     known_limit: bool = False
+    suspicious: bool = False
 
     @property
     def contained(self) -> bool:
@@ -198,6 +199,9 @@ def check_case(case: Case, r: dict | None, bait: Bait, run_dir: Path) -> CaseOut
         o.problems.append(f"status {r['status']!r}, expected {' or '.join(case.status)} ({r.get('error')})")
     if case.tampered is not None and r.get("tampered_tests") != case.tampered:
         o.problems.append(f"tampered_tests={r.get('tampered_tests')}, expected {case.tampered}")
+    if case.suspicious is not None and bool(r.get("suspicious_report")) != case.suspicious:
+        o.problems.append(f"suspicious_report={r.get('suspicious_report')}, expected {case.suspicious}")
+    o.suspicious = bool(r.get("suspicious_report"))
     if case.error_contains and case.error_contains.lower() not in (r.get("error") or "").lower():
         o.problems.append(f"error {r.get('error')!r} does not mention {case.error_contains!r}")
     if case.max_duration_s and (r.get("duration_s") or 0) > case.max_duration_s:
@@ -221,6 +225,14 @@ class CorpusReport:
     run: EvalRun
     inputs: dict
 
+    def forging(self) -> dict:
+        """Report-forging attempts (category `forge`): tried, detected (unresolved; how many flagged
+        suspicious_report), and the ones that still pass."""
+        forge = [o for o in self.outcomes if o.category == "forge"]
+        return {"tried": len(forge), "detected": sum(o.status != "resolved" for o in forge),
+                "flagged_suspicious": sum(o.suspicious for o in forge),
+                "remaining": sorted(o.name for o in forge if o.status == "resolved")}
+
     def summary(self) -> dict:
         counted = [o for o in self.outcomes if not o.known_limit]
         return {
@@ -230,6 +242,7 @@ class CorpusReport:
             + self.inputs.get("problems", []) + self.global_problems,
             "known_limits": [f"{o.name}: status {o.status} ({'contained' if o.contained else 'not contained'})"
                              for o in self.outcomes if o.known_limit],
+            "forging": self.forging(),
             "lost_results": sum(1 for o in self.outcomes if o.status is None),
             "peak_rss_mb": round(self.run.peak_rss_mb, 1),
             "wall_s": round(self.run.wall_s, 1),

@@ -1,13 +1,16 @@
 """Containers under limits: one-shot test runs and a long-lived `Container` for multi-turn agents.
 
-Every container is labelled `gagar.sandbox=1` and `gagar.run=<run id>`, registered in a process-wide set while
-it lives, and removed in a `finally`; `remove_live()` (called from the signal handlers in the driver) and
-`gc()` (`gagar sandbox gc`) catch whatever a crash leaves behind.
+Every container is labelled `gagar.sandbox=1`, `gagar.run=<run id>`, `gagar.call=<id of the evaluation call>`
+and `gagar.owner=<host>:<pid>`, registered in a process-wide table while it lives, and removed in a `finally`;
+`remove_live(call)` (called when an evaluation stops) and `gc()` (`gagar sandbox gc`) catch whatever a crash
+leaves behind. The call label keeps two evaluations in one process (overlap mode, refill) from ever removing
+each other's containers.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import socket
 import subprocess
@@ -22,16 +25,20 @@ import docker.errors
 import requests
 from docker.types import LogConfig
 
+from sandbox.channel import GUEST_DIR, LIB_MOUNT
 from sandbox.config import SandboxConfig
 from sandbox.workspace import janitor
 
 LABEL = "gagar.sandbox"
 RUN_LABEL = "gagar.run"
+CALL_LABEL = "gagar.call"
+OWNER_LABEL = "gagar.owner"
+OWNER = f"{socket.gethostname()}:{os.getpid()}"
 TESTBED = "/testbed"
 REPORT = "/gagar/report"
 TRUNC_MARK = "\n[gagar: output truncated: {dropped} bytes dropped]\n"
 
-_live: set[str] = set()
+_live: dict[str, str | None] = {}  # container id -> the evaluation call that made it
 _live_lock = threading.Lock()
 _local = threading.local()
 
@@ -112,6 +119,7 @@ class ExecResult:
     exit_code: int | None
     output: str
     timed_out: bool = False
+    write_limit_hit: bool = False
 
 
 def _name(run_id: str, hint: str) -> str:
@@ -119,9 +127,14 @@ def _name(run_id: str, hint: str) -> str:
     return f"gagar-{safe}-{uuid.uuid4().hex[:6]}"
 
 
-def _register(cid: str) -> None:
+def new_call_id() -> str:
+    """A fresh id for one evaluation call: the label its containers carry and `remove_live` selects by."""
+    return uuid.uuid4().hex[:16]
+
+
+def _register(cid: str, call: str | None) -> None:
     with _live_lock:
-        _live.add(cid)
+        _live[cid] = call
 
 
 def _remove(c: docker.DockerClient, cid: str) -> None:
@@ -134,13 +147,14 @@ def _remove(c: docker.DockerClient, cid: str) -> None:
             raise
     finally:
         with _live_lock:
-            _live.discard(cid)
+            _live.pop(cid, None)
 
 
-def remove_live() -> int:
-    """Force-remove every container this process still has (signal handlers call this)."""
+def remove_live(call: str | None = None) -> int:
+    """Force-remove the containers of one evaluation call (or, without `call`, every container this process
+    still has: at exit)."""
     with _live_lock:
-        ids = list(_live)
+        ids = [cid for cid, c in _live.items() if call is None or c == call]
     if not ids:
         return 0
     c = docker.from_env(timeout=30)
@@ -169,21 +183,22 @@ def gc(run_id: str | None = None, c: docker.DockerClient | None = None) -> list[
 
 
 def _create(c: docker.DockerClient, image: str, config: SandboxConfig, *, command: list[str], name: str,
-            mounts: dict[str, dict], env: dict[str, str], stdin_open: bool = False) -> str:
+            mounts: dict[str, dict], env: dict[str, str], stdin_open: bool = False, call: str | None = None) -> str:
     # No log driver: output is read live over the attach stream and capped there, and a test printing
     # gigabytes must not fill the engine's disk with a json log nobody reads.
     hc = c.api.create_host_config(binds=mounts, init=True, log_config=LogConfig(type="none"), **_host_kwargs(config))
     try:
         res = c.api.create_container(
             image, command=command, name=name, working_dir=TESTBED, environment=env, host_config=hc,
-            labels={LABEL: "1", RUN_LABEL: config.run_id}, user=config.user, stdin_open=stdin_open, tty=False,
+            labels={LABEL: "1", RUN_LABEL: config.run_id, CALL_LABEL: call or "", OWNER_LABEL: OWNER},
+            user=config.user, stdin_open=stdin_open, tty=False,
         )
     except docker.errors.ImageNotFound as exc:
         raise SandboxInfraError(
             f"image {image!r} not found; build it with `gagar image build --all` or pass --image"
         ) from exc
     cid = res["Id"]
-    _register(cid)
+    _register(cid, call)
     return cid
 
 
@@ -205,15 +220,17 @@ class PreparedRun:
     rollouts. `discard()` (or `go()`) removes it."""
 
     def __init__(self, image: str, testbed: Path, report_dir: Path, command: str, config: SandboxConfig, *,
-                 env: dict[str, str] | None = None, name_hint: str = "run") -> None:
+                 env: dict[str, str] | None = None, name_hint: str = "run", call: str | None = None) -> None:
         self.config = config
         self._c = client(http_timeout=config.timeout + 120)
         self._mounted = (Path(testbed), Path(report_dir))
-        mounts = {str(testbed): {"bind": TESTBED, "mode": "rw"}, str(report_dir): {"bind": REPORT, "mode": "rw"}}
+        # The guard plugin comes from the host, read-only: the tests can neither change nor replace it.
+        mounts = {str(testbed): {"bind": TESTBED, "mode": "rw"}, str(report_dir): {"bind": REPORT, "mode": "rw"},
+                  str(GUEST_DIR): {"bind": LIB_MOUNT, "mode": "ro"}}
         full_env = {"HOME": "/tmp", "GAGAR_REPORT_DIR": REPORT, **(env or {})}
         self.cid: str | None = _create(self._c, image, config, command=["bash", "-c", _HOLD, command],
                                        name=_name(config.run_id, name_hint), mounts=mounts, env=full_env,
-                                       stdin_open=True)
+                                       stdin_open=True, call=call)
         try:
             self._stdin = self._c.api.attach_socket(self.cid, params={"stdin": 1, "stream": 1})
             self._c.api.start(self.cid)
@@ -319,27 +336,37 @@ def _disk_bytes(paths: tuple[Path, ...]) -> int:
 class _WriteWatch(threading.Thread):
     """Kills the container once the tests have added more than `limit` bytes (or files) under the host mounts. A bind
     mount has no quota, so without this a test could fill the host's disk (it writes ~1 GB/s). Polled twice a
-    second: the overshoot is what the tests write in that time."""
+    second: the overshoot is what the tests write in that time.
 
-    def __init__(self, cid: str, paths: tuple[Path, ...], limit: int, interval: float = 0.5) -> None:
+    `base` is the size the limit counts from (default: now); it trips only while the tree is bigger than when
+    the watch started, so a long-lived container past its cap can still run the command that cleans up.
+    `restart` restarts the container instead of killing it (the agent's container lives on)."""
+
+    def __init__(self, cid: str, paths: tuple[Path, ...], limit: int, interval: float = 0.5, *,
+                 base: int | None = None, restart: bool = False) -> None:
         super().__init__(daemon=True, name="gagar-write-watch")
-        self.cid, self.paths, self.limit, self.interval = cid, paths, limit, interval
+        self.cid, self.paths, self.limit, self.interval, self.restart = cid, paths, limit, interval, restart
         self.tripped = False
-        self._stop = threading.Event()
-        self._base = _disk_bytes(paths) if limit > 0 else 0
+        self._halt = threading.Event()
+        self._start = _disk_bytes(paths) if limit > 0 else 0
+        self._base = self._start if base is None else base
 
     def run(self) -> None:
-        while self.limit > 0 and not self._stop.wait(self.interval):
-            if _disk_bytes(self.paths) - self._base > self.limit:
+        while self.limit > 0 and not self._halt.wait(self.interval):
+            now = _disk_bytes(self.paths)
+            if now - self._base > self.limit and now > self._start:
                 self.tripped = True
-                try:
-                    client().api.kill(self.cid)  # this thread's own client: the SDK's are per thread
+                try:  # this thread's own client: the SDK's are per thread
+                    if self.restart:
+                        client().api.restart(self.cid, timeout=0)
+                    else:
+                        client().api.kill(self.cid)
                 except (docker.errors.DockerException, requests.RequestException, SandboxInfraError):
                     pass  # it exited just now, or the engine is gone: the waiter finds out
                 return
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
 
 def run_tests(
@@ -352,11 +379,12 @@ def run_tests(
     env: dict[str, str] | None = None,
     name_hint: str = "run",
     background_remove: bool = False,
+    call: str | None = None,
 ) -> RunOutcome:
     """Run `command` once in a fresh container with `testbed` at /testbed and `report_dir` at /gagar/report.
     The container is removed before this returns, whatever happens (with `background_remove`, soon after:
     `sandbox.workspace.janitor.drain()` waits for it)."""
-    return PreparedRun(image, testbed, report_dir, command, config, env=env, name_hint=name_hint).go(
+    return PreparedRun(image, testbed, report_dir, command, config, env=env, name_hint=name_hint, call=call).go(
         background_remove=background_remove)
 
 
@@ -366,7 +394,11 @@ def _remove_bg(cid: str) -> None:
 
 class Container:
     """A long-lived limited container for multi-turn agents: `with Container(image, path, cfg) as box:
-    box.exec("pytest -q", timeout=60)`. The work tree is mounted at /testbed; the container is removed on exit."""
+    box.exec("pytest -q", timeout=60)`. The work tree is mounted at /testbed; the container is removed on exit.
+
+    Writes into the work tree (a host bind mount without quota) are capped like an evaluation's: once the tree
+    has grown by more than `config.max_write_bytes` since the container started, the running command is stopped
+    (the container is restarted, which kills every process in it) and its result says so (`write_limit_hit`)."""
 
     def __init__(self, image: str, workdir_host_path: Path | str, config: SandboxConfig | None = None,
                  *, env: dict[str, str] | None = None) -> None:
@@ -376,9 +408,12 @@ class Container:
         self.env = {"HOME": "/tmp", **(env or {})}
         self.id: str | None = None
         self._c: docker.DockerClient | None = None
+        self._base = 0
 
     def __enter__(self) -> Container:
         self._c = client(http_timeout=max(120.0, self.config.timeout + 60))
+        if self.config.max_write_bytes > 0:
+            self._base = _disk_bytes((self.workdir,))
         mounts = {str(self.workdir): {"bind": TESTBED, "mode": "rw"}}
         self.id = _create(self._c, self.image, self.config, command=["sleep", "infinity"],
                           name=_name(self.config.run_id, "agent"), mounts=mounts, env=self.env)
@@ -418,13 +453,25 @@ class Container:
 
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
-        reader.join(timeout + 10)
-        escaped = reader.is_alive()
+        watch = _WriteWatch(self.id, (self.workdir,), self.config.max_write_bytes, base=self._base, restart=True)
+        watch.start()
+        try:
+            reader.join(timeout + 10)
+        finally:
+            watch.stop()
+        if watch.tripped:
+            watch.join(60)  # the restart it issued has to finish before the next command can run
+        escaped = reader.is_alive() and not watch.tripped
         if escaped:
             # Something outlived the group kill and keeps the stream open: only a restart frees it.
             api.restart(self.id, timeout=0)
+        reader.join(10)
         info = api.exec_inspect(ex["Id"])
         elapsed = time.monotonic() - t0
         code = info.get("ExitCode")
+        if watch.tripped:
+            note = (f"\n[gagar: stopped: the work tree grew by more than {self.config.max_write_bytes / 2**20:g} MiB "
+                    "since the container started; every process was killed — delete what you wrote]\n")
+            return ExecResult(exit_code=None, output=cap.text() + note, write_limit_hit=True)
         timed_out = escaped or (code == 137 and elapsed >= timeout - 0.05)
         return ExecResult(exit_code=None if timed_out else code, output=cap.text(), timed_out=timed_out)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox import container as ctr
+from sandbox.channel import ReportChannel
 from sandbox.config import SandboxConfig
 from sandbox.records import Instance
 from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, janitor
@@ -22,11 +23,16 @@ from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, janitor
 
 @dataclass
 class Slot:
-    """A mount point pair and the container already started on it, waiting for its tests."""
+    """A work tree, a report channel and the container already started on them, waiting for its tests."""
 
     tree: Path
-    report: Path
+    channel: ReportChannel
     run: Future
+
+    @property
+    def report(self) -> Path:
+        """The host side of the secret report dir: what the parsers read."""
+        return self.channel.report_dir
 
 
 class RolloutGroup:
@@ -35,7 +41,8 @@ class RolloutGroup:
     a container start while the previous one runs its tests."""
 
     def __init__(self, instance: Instance, n: int, config: SandboxConfig, image: str | None,
-                 env: dict[str, str], starter: ThreadPoolExecutor) -> None:
+                 env: dict[str, str], starter: ThreadPoolExecutor, *, call: str | None = None,
+                 pythonpath: str | None = None) -> None:
         self.instance = instance
         self.remaining = n
         self.untaken = n
@@ -43,6 +50,8 @@ class RolloutGroup:
         self.image = image
         self.env = env
         self.starter = starter
+        self.call = call
+        self.pythonpath = pythonpath
         self.lock = threading.Lock()
         self.ws: GroupWorkspace | None = None
         self.error: str | None = None
@@ -65,12 +74,13 @@ class RolloutGroup:
 
     def _spawn(self) -> Slot:
         assert self.ws is not None
-        tree, report = self.ws.new_dir("s"), self.ws.new_dir("report")
+        tree, channel = self.ws.new_dir("s"), ReportChannel(self.ws.new_dir("report"))
         hand_over(tree)
-        hand_over(report)
-        fut = self.starter.submit(ctr.PreparedRun, self.image, tree, report, self.instance.test_cmd, self.config,
-                                  env=self.env, name_hint=self.instance.instance_id)
-        return Slot(tree, report, fut)
+        framework = (self.instance.test_framework or "").lower()
+        env = {**self.env, **channel.env(framework, pythonpath=self.pythonpath)}
+        fut = self.starter.submit(ctr.PreparedRun, self.image, tree, channel.root, self.instance.test_cmd,
+                                  self.config, env=env, name_hint=self.instance.instance_id, call=self.call)
+        return Slot(tree, channel, fut)
 
     def _top_up(self) -> None:
         if not self.image or not self.instance.test_cmd.strip():

@@ -178,6 +178,7 @@ def build_report(
         "error_ids": ids(lambda r: r.status in ERROR_STATUSES),
         "status_counts": {s: counts[s] for s in STATUSES},
         "tampered_tests_ids": ids(lambda r: r.tampered_tests),
+        "suspicious_report_ids": ids(lambda r: r.suspicious_report),
         "per_instance": dict(sorted(by_instance.items())),
         "unknown_instance_ids": sorted(set(unknown_instance_ids)),
         "skipped_input_lines": skipped_lines,

@@ -7,8 +7,10 @@ base copy of a group is shared while its rollouts run and removed when its last 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import threading
@@ -24,6 +26,7 @@ import docker.errors
 import requests
 
 from sandbox import container as ctr
+from sandbox import integrity
 from sandbox.config import SandboxConfig
 from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.images import ImageError, select_image
@@ -43,16 +46,19 @@ class _Interrupted(Exception):
 
 
 def _test_env(instance: Instance) -> dict[str, str]:
-    from sandbox.parsers import pytest_addopts
+    """Framework settings; the report settings (PYTEST_ADDOPTS, GAGAR_REPORT_DIR) come from each rollout's
+    `ReportChannel`, because their paths are secret per rollout."""
+    return dict(GO_ENV) if (instance.test_framework or "").lower() == "go" else {}
 
-    framework = (instance.test_framework or "").lower()
-    if framework in ("pytest", "unittest"):
-        # A structured report where the patch cannot reach it; SWE-bench-style commands may run unittest
-        # through pytest, and a plain `python -m unittest` ignores the variable.
-        return {"PYTEST_ADDOPTS": pytest_addopts(ctr.REPORT)}
-    if framework == "go":
-        return dict(GO_ENV)
-    return {}
+
+@functools.lru_cache(maxsize=64)
+def _image_pythonpath(image: str) -> str | None:
+    """The image's own PYTHONPATH, kept behind the guard plugin's dir (the container env replaces it)."""
+    try:
+        env = ctr.client().api.inspect_image(image)["Config"].get("Env") or []
+    except (docker.errors.DockerException, ctr.SandboxInfraError, requests.RequestException, KeyError):
+        return None
+    return next((e.split("=", 1)[1] for e in env if e.startswith("PYTHONPATH=")), None) or None
 
 
 def _image_missing(image: str) -> str | None:
@@ -127,7 +133,7 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
 
     patch = pred.model_patch or ""
     tree: Path | None = None
-    report_dir: Path | None = None
+    report_root: Path | None = None
     slot: Slot | None = None
     taken = False
     try:
@@ -148,7 +154,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             return finish("infra_error", f"instance {instance.instance_id} has no test_cmd")
         slot = group.take()
         taken = True
-        tree, report_dir = slot.tree, slot.report
+        tree, channel = slot.tree, slot.channel
+        report_dir, report_root = channel.report_dir, channel.root
         ws.copy(tree)
         try:
             applied = apply_patch(tree, patch, base_commit=instance.base_commit, max_bytes=config.max_patch_bytes)
@@ -169,12 +176,19 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             return finish("infra_error", f"the task's own test_patch does not apply: {exc}")
         notes.append(f"== restore tests (touched: {', '.join(restored.touched) or 'none'}):\n{restored.log}")
         res.tampered_tests = bool(restored.tampered)
+        # What the patch and the tree say before the run: the run cannot rewrite these findings.
+        static = integrity.static_findings(patch, info, _test_paths(instance), tree)
+        undefined = integrity.undefined_tests(instance, tree)
         hand_over(tree)
         if stop.is_set():
             raise _Interrupted
         prepared = slot.run.result()
         slot = None  # the run owns its container now: go() removes it
-        outcome = prepared.go(background_remove=True)
+        channel.open()
+        try:
+            outcome = prepared.go(background_remove=True)
+        finally:
+            live = channel.close()
         if stop.is_set():
             raise _Interrupted
         if log_dir is not None:
@@ -197,6 +211,13 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             **graded.tests_status)
         res.resolved = bool(graded.resolved)
         error = None
+        reasons = integrity.check(instance, parsed, report_dir=report_dir, output=outcome.output,
+                                  exit_code=outcome.exit_code, channel=live, undefined=undefined, static=static)
+        if reasons:
+            # The report cannot be trusted: not resolved, whatever it says (the trainer counts it as a hack).
+            res.suspicious_report, res.resolved = True, False
+            notes.append("== suspicious report:\n" + "\n".join(f"- {r}" for r in reasons))
+            return finish("unresolved", "suspicious report: " + "; ".join(reasons)[:2000])
         if outcome.oom_killed:
             error = f"out of memory: a test process was killed at the {config.memory} memory limit"
         elif outcome.truncated:
@@ -221,12 +242,18 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
     finally:
         if slot is not None:  # taken but never started (patch failed, rejected after apply, error)
             discard_slot(slot)
-        for p in (tree, report_dir):
+        for p in (tree, report_root):
             if p is not None:
                 janitor.submit(remove_tree, p)
         if not taken:
             group.skip()
         group.release()
+
+
+def _test_paths(instance: Instance) -> set[str]:
+    """Every path the task's own tests live in: test_patch's files and the files the pytest ids name."""
+    named = re.findall(r"^(?:\+\+\+ b/|--- a/)(\S+)", instance.test_patch or "", re.M)
+    return set(named) | set(_test_files(instance))
 
 
 def _test_files(instance: Instance) -> list[str]:
@@ -242,9 +269,26 @@ def _test_files(instance: Instance) -> list[str]:
     return sorted(out)
 
 
+def _owner_alive(owner: str | None) -> bool:
+    """Whether the process named by a container's owner label (`host:pid`) may still be using it."""
+    host, _, pid = (owner or "").rpartition(":")
+    if not pid.isdigit() or host != ctr.OWNER.rpartition(":")[0]:
+        return False  # no label (an older gagar) or another machine's engine client: a leftover
+    if int(pid) == os.getpid():
+        return True  # this process: another evaluation call of ours owns it (overlap mode, refill)
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _remove_stale_containers(run_id: str) -> None:
-    """Remove this run's containers that are not running: what a killed process or a dead Docker engine left
-    behind. A run id belongs to one process at a time, so these are leftovers of an earlier try."""
+    """Remove this run's containers that are not running and whose owner process is gone: what a killed process
+    or a dead Docker engine left behind. Containers of a live owner — another evaluation in this process, or
+    another process on this machine — are never touched (a created-not-yet-started one is not stale)."""
     try:
         c = ctr.client()
         rows = c.api.containers(all=True, filters={"label": [f"{ctr.RUN_LABEL}={run_id}"],
@@ -252,6 +296,8 @@ def _remove_stale_containers(run_id: str) -> None:
     except (ctr.SandboxInfraError, docker.errors.DockerException, requests.RequestException):
         return
     for row in rows:
+        if _owner_alive((row.get("Labels") or {}).get(ctr.OWNER_LABEL)):
+            continue
         try:
             c.api.remove_container(row["Id"], force=True, v=True)
         except (docker.errors.DockerException, requests.RequestException):
@@ -327,8 +373,11 @@ def evaluate_predictions(
         if img and missing.get(img):
             image_errors[iid] = missing[img]
     starter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gagar-start")
+    call = ctr.new_call_id()  # this call's containers, and only they, are removed when it stops
     groups = {iid: RolloutGroup(instances[iid], len(ps), config, None if iid in image_errors else images[iid],
-                          _test_env(instances[iid]), starter) for iid, ps in order.items()}
+                                _test_env(instances[iid]), starter, call=call,
+                                pythonpath=_image_pythonpath(images[iid]) if images[iid] else None)
+              for iid, ps in order.items()}
     chain = list(groups.values())
     for g, nxt in zip(chain, chain[1:], strict=False):
         g.next = nxt
@@ -388,13 +437,13 @@ def evaluate_predictions(
             stop.set()
             for f in futures:
                 f.cancel()
-            ctr.remove_live()  # first, and at once: unblocks the workers waiting on their containers
+            ctr.remove_live(call)  # first, and at once: unblocks the workers waiting on their containers
             pool.shutdown(wait=True, cancel_futures=True)
             starter.shutdown(wait=True, cancel_futures=True)
             for g in groups.values():
                 g.close()
             janitor.drain("container")
-            ctr.remove_live()  # anything a starter thread created meanwhile
+            ctr.remove_live(call)  # anything a starter thread created meanwhile
             try:
                 write_report()
             except OSError:

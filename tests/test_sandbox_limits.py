@@ -128,3 +128,27 @@ def test_long_lived_container_exec(tmp_path: Path) -> None:
         assert len(leftover_containers("agent-test")) == 1
     assert leftover_containers("agent-test") == []
     json.dumps(cfg.host_config_kwargs())  # the limits are plain data (logged in report.json)
+
+
+def test_agent_container_write_watchdog(tmp_path: Path) -> None:
+    """The agent's long-lived container has the evaluation's write cap: a flood into the work tree (a host bind
+    mount without quota) is stopped and reported, and the container still works afterwards, so the agent can
+    clean up even while the tree is over the cap."""
+    require_docker()
+    work = tmp_path / "w"
+    work.mkdir()
+    os.chown(work, 1000, 1000) if os.geteuid() == 0 else work.chmod(0o777)
+    cfg = SandboxConfig(run_id="agent-flood", max_write_bytes=32 << 20)
+    with Container("gagar-python:latest", work, cfg) as box:
+        # ~100 MiB/s without end (100,000 MiB at most): only the watchdog can stop it before the 60 s timeout.
+        r = box.exec("i=0; while [ $i -lt 100000 ]; do head -c 1048576 /dev/zero; sleep 0.01; i=$((i+1)); done"
+                     " > flood.bin; echo finished", timeout=60)
+        assert r.write_limit_hit and not r.timed_out and r.exit_code is None
+        assert "grew by more than 32 MiB" in r.output and "finished" not in r.output
+        size = (work / "flood.bin").stat().st_size
+        assert 32 << 20 < size < 400 << 20
+        r = box.exec("rm flood.bin && echo cleaned")
+        assert r.exit_code == 0 and "cleaned" in r.output and not r.write_limit_hit
+        r = box.exec("head -c 1048576 /dev/zero > small.bin && echo ok")
+        assert r.exit_code == 0 and not r.write_limit_hit
+    assert leftover_containers("agent-flood") == []

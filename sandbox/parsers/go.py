@@ -14,8 +14,8 @@ from sandbox.parsers.base import FAILED, PASSED, SKIPPED, ParsedTests, merge
 _MAP = {"pass": PASSED, "fail": FAILED, "skip": SKIPPED}
 
 
-def parse_log(log: str) -> ParsedTests:
-    statuses: dict[str, str] = {}
+def events(log: str):
+    """Yield the `go test -json` events (dicts) found in `log`, in order."""
     for line in log.splitlines():
         start = line.find("{")
         if start < 0:
@@ -24,8 +24,13 @@ def parse_log(log: str) -> ParsedTests:
             event = json.loads(line[start:])
         except ValueError:
             continue
-        if not isinstance(event, dict):
-            continue
+        if isinstance(event, dict):
+            yield event
+
+
+def parse_log(log: str) -> ParsedTests:
+    statuses: dict[str, str] = {}
+    for event in events(log):
         action, test = event.get("Action"), event.get("Test")
         if isinstance(test, str) and test and action in _MAP:
             merge(statuses, test, _MAP[action])

@@ -26,7 +26,8 @@ def test_id(case) -> str | None:
     return f"{classname}.{name}" if classname else name
 
 
-def parse_report(report_dir: Path) -> ParsedTests | None:
+def report_cases(report_dir: Path) -> list[tuple[str, str]] | None:
+    """(test id, status) of every <testcase> in the reports, in order; None when no report is readable."""
     report_dir = Path(report_dir)
     if not report_dir.is_dir():
         return None
@@ -39,19 +40,24 @@ def parse_report(report_dir: Path) -> ParsedTests | None:
             for name in names
             if name.startswith("TEST-") and name.endswith(".xml")
         )[:MAX_FILES]
-    statuses: dict[str, str] = {}
+    cases: list[tuple[str, str]] = []
     found = False
     for path in files:
         root = read_xml(path)
         if root is None:
             continue
         found = True
-        for case in testcases(root):
-            tid = test_id(case)
-            if tid:
-                merge(statuses, tid, junit_case_status(case))
-    if not found:
+        cases.extend((tid, junit_case_status(case)) for case in testcases(root) if (tid := test_id(case)))
+    return cases if found else None
+
+
+def parse_report(report_dir: Path) -> ParsedTests | None:
+    cases = report_cases(report_dir)
+    if cases is None:
         return None
+    statuses: dict[str, str] = {}
+    for tid, status in cases:
+        merge(statuses, tid, status)
     return ParsedTests(statuses, source="report", ran=bool(statuses))
 
 

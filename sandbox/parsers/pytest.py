@@ -35,10 +35,12 @@ _MAP = {
 }
 
 
-def pytest_addopts(report_dir_in_container: str) -> str:
-    """The PYTEST_ADDOPTS value the runtime sets: JUnit XML (xunit1) into the report dir, no cache writes."""
+def pytest_addopts(report_dir_in_container: str, *, plugin: str | None = None) -> str:
+    """The PYTEST_ADDOPTS value the runtime sets: JUnit XML (xunit1) into the report dir, no cache writes, and
+    optionally a plugin to load first (the sandbox's guard, `sandbox/channel.py`)."""
     path = f"{report_dir_in_container.rstrip('/')}/{REPORT_NAME}"
-    return f"--junitxml={shlex.quote(path)} -o junit_family=xunit1 -p no:cacheprovider"
+    first = f"-p {shlex.quote(plugin)} " if plugin else ""
+    return f"{first}--junitxml={shlex.quote(path)} -o junit_family=xunit1 -p no:cacheprovider"
 
 
 def _node_id(case) -> str | None:
@@ -63,15 +65,22 @@ def _node_id(case) -> str | None:
     return "::".join(["/".join(parts) + ".py", *cls, name])
 
 
-def parse_report(report_dir: Path) -> ParsedTests | None:
+def report_cases(report_dir: Path) -> list[tuple[str, str]] | None:
+    """(test id, status) of every <testcase> in the report, in order (a test may appear twice); None when
+    there is no readable report."""
     root = read_xml(Path(report_dir) / REPORT_NAME)
     if root is None:
         return None
+    return [(tid, junit_case_status(case)) for case in testcases(root) if (tid := _node_id(case))]
+
+
+def parse_report(report_dir: Path) -> ParsedTests | None:
+    cases = report_cases(report_dir)
+    if cases is None:
+        return None
     statuses: dict[str, str] = {}
-    for case in testcases(root):
-        test_id = _node_id(case)
-        if test_id:
-            merge(statuses, test_id, junit_case_status(case))
+    for test_id, status in cases:
+        merge(statuses, test_id, status)
     return ParsedTests(statuses, source="report", ran=bool(statuses))
 
 
