@@ -66,7 +66,10 @@ class Case:
 
 
 def _ctx(b: Bait) -> str:
-    return (f"HOST = {b.host_dir!r}\nMARK = {b.mark!r}\nPORT = {b.port}\nHOST_IPS = {b.host_ips!r}\n")
+    # The report dir's name is split: these probes attack containment, and a literal reference to the report
+    # channel would get them flagged as report forgers (sandbox/integrity.py) before they prove anything.
+    return (f"HOST = {b.host_dir!r}\nMARK = {b.mark!r}\nPORT = {b.port}\nHOST_IPS = {b.host_ips!r}\n"
+            "REPORT_DIR = __import__('os').environ['GAGAR' + '_REPORT_DIR']\n")
 
 
 def _probe_cases(f: Fortress, b: Bait, timeout: float) -> list[Case]:
@@ -155,7 +158,7 @@ for p in [HOST + "/bait/SECRET.txt", "/testbed/../bait/SECRET.txt", "/testbed/..
         leaks.append(open(p).read())
     except OSError:
         pass
-for d in ["/testbed/..", "/testbed/../..", "/gagar", "/gagar/report/..", HOST, HOST + "/.."]:
+for d in ["/testbed/..", "/testbed/../..", "/gagar", REPORT_DIR + "/../..", HOST, HOST + "/.."]:
     try:
         names = sorted(os.listdir(d))
         print("listing", d, names[:60])
@@ -194,10 +197,10 @@ for p in ["/testbed/lnk/runtime_symlink", "/testbed/rootlnk" + HOST + "/escaped/
         pass
 return a + b if not hits else None"""
     report_symlink = """import os
-rd = os.environ["GAGAR_REPORT_DIR"]
+rd = REPORT_DIR
 os.symlink(HOST + "/bait/SECRET.txt", rd + "/secret.xml")
 os.symlink(HOST + "/bait", rd + "/baitdir")
-os.symlink("/etc/shadow", rd + "/TEST-junit-jupiter.xml")
+os.symlink("/etc/shadow", rd + "/TEST-" + "junit-jupiter.xml")
 os.symlink(HOST + "/escaped/report-write", rd + "/planted.xml")
 os.mkfifo(rd + "/fifo.xml")
 return a + b"""
@@ -268,7 +271,7 @@ while n < 3_000_000 and time.time() - t0 < 15:
 print("files", n)
 return a + b"""
     deep = """import os
-for top in ("/testbed", os.environ["GAGAR_REPORT_DIR"]):
+for top in ("/testbed", REPORT_DIR):
     os.chdir(top)
     for _ in range(5000):
         os.mkdir("d")
@@ -444,17 +447,19 @@ def build_corpus(out_dir: Path, bait: Bait, *, timeout: float = 20.0) -> dict:
     cases = _probe_cases(fortress, bait, timeout) + _patch_cases(fortress, bait)
     extra, forging = all_cases(fortress, repos)
     slow = max(timeout + 30, 45)
-    cases += [Case(name, "forge", desc, patch, ("unresolved",), None, None, slow, known, iid, susp)
-              for iid, (name, desc, patch, susp, known) in forging]
+    cases += [Case(name, "forge", desc, patch, ("unresolved",), None, None, slow if iid == INSTANCE_ID else None,
+                   known, iid, susp) for iid, (name, desc, patch, susp, known) in forging]
     for c in cases:
         assert bait.secret not in c.patch, c.name  # the secret may only reach an output by escaping
     (out_dir / "instances.jsonl").write_text("".join(json.dumps(i) + "\n" for i in [fortress.instance(), *extra]))
-    (out_dir / "predictions.jsonl").write_text("".join(
-        json.dumps({"instance_id": c.instance, "model_name_or_path": MODEL, "rollout_id": c.name,
-                    "model_patch": c.patch}) + "\n" for c in cases))
+    line = lambda c: json.dumps({"instance_id": c.instance, "model_name_or_path": MODEL,  # noqa: E731
+                                 "rollout_id": c.name, "model_patch": c.patch}) + "\n"
+    (out_dir / "predictions.jsonl").write_text("".join(line(c) for c in cases if c.instance == INSTANCE_ID))
+    (out_dir / "slow_predictions.jsonl").write_text("".join(line(c) for c in cases if c.instance != INSTANCE_ID))
     meta = [{k: v for k, v in asdict(c).items() if k != "patch"} for c in cases]
     (out_dir / "cases.json").write_text(json.dumps({"bait": asdict(bait), "cases": meta}, indent=1) + "\n")
     return {"instances": out_dir / "instances.jsonl", "predictions": out_dir / "predictions.jsonl",
+            "slow_predictions": out_dir / "slow_predictions.jsonl",
             "repos_dir": repos, "cases": cases, "fortress": fortress}
 
 

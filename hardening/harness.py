@@ -22,6 +22,7 @@ from hardening.repo import git
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_WRITE = "256m"  # the corpus's cap on what tests may write into the work tree (fill_disk goes past it)
+SLOW_TIMEOUT = 180  # seconds per test run for the Go and Java cases (a compile each)
 
 
 def docker_reason() -> str | None:
@@ -262,8 +263,18 @@ def run_corpus(work: Path, *, workers: int = 2, timeout: float = 20.0, run_id: s
         tmpdir = work / "tmp"
         run = gagar_eval(corpus["instances"], corpus["predictions"], corpus["repos_dir"], run_id, work / "out",
                          workers=workers, timeout=timeout, tmpdir=tmpdir, extra=["--max-write", MAX_WRITE])
+        # Go and Java forgers compile first (go build, javac: 10-60 s on a busy 2-core machine), so they get
+        # their own run with a timeout that fits a compile; the probes need the short one.
+        slow = gagar_eval(corpus["instances"], corpus["slow_predictions"], corpus["repos_dir"], run_id + "-slow",
+                          work / "out", workers=workers, timeout=max(timeout, SLOW_TIMEOUT), tmpdir=tmpdir,
+                          extra=["--max-write", MAX_WRITE])
         time.sleep(0.5)
         peers = list(lis.peers)
+    run.results += slow.results
+    run.rc = run.rc or slow.rc
+    run.stderr += slow.stderr
+    run.wall_s += slow.wall_s
+    run.peak_rss_mb = max(run.peak_rss_mb, slow.peak_rss_mb)
     by_id = {str(r["rollout_id"]): r for r in run.results}
     outcomes = [check_case(c, by_id.get(c.name), bait, work / "out" / run_id) for c in corpus["cases"]]
     problems: list[str] = []
@@ -271,7 +282,7 @@ def run_corpus(work: Path, *, workers: int = 2, timeout: float = 20.0, run_id: s
         problems.append(f"gagar eval exited {run.rc}: {run.stderr[-2000:]}")
     if len(run.results) != len(corpus["cases"]):
         problems.append(f"{len(run.results)} result lines for {len(corpus['cases'])} predictions")
-    left = containers_of(run_id)
+    left = containers_of(run_id) + containers_of(run_id + "-slow")
     if left:
         problems.append(f"containers left behind: {left}")
     if peers:
