@@ -201,6 +201,8 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("--max-patch-bytes", default="1m", help="patches larger than this are rejected (default 1m)")
     p.add_argument("--max-write", default="2g", help="data the tests may write into the work tree before the "
                    "container is killed (default 2g; the host's disk has no other quota)")
+    p.add_argument("--runtime", help="OCI runtime dockerd starts the containers with, e.g. crun (faster starts; "
+                   "scripts/ensure_docker.sh registers it); default: the engine's (runc)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine's Docker engine (default); ray: one sandbox actor per node of a Ray "
                    "cluster, --max-workers per node (needs gagar[ray]; see docs/scaling.md)")
@@ -235,11 +237,17 @@ def eval_main(argv: list[str]) -> int:
                                cpus=args.cpus, pids_limit=args.pids_limit, timeout=args.timeout,
                                max_workers=args.max_workers, output_limit_bytes=out_limit,
                                max_patch_bytes=max_patch, max_write_bytes=parse_size(args.max_write),
-                               run_id=args.run_id)
+                               run_id=args.run_id, runtime=args.runtime)
         if config.memory_bytes < 6 << 20:
             raise ValueError("--memory must be at least 6m (Docker's minimum)")
     except ValueError as exc:
         return _err(prog, str(exc))
+    if args.runtime and args.executor == "local":
+        from sandbox.container import runtime_missing
+
+        missing = runtime_missing(args.runtime)
+        if missing:
+            return _err(prog, missing)
     run_dir = args.report_dir / args.run_id
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

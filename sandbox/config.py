@@ -38,6 +38,9 @@ class SandboxConfig:
     tmpfs_size: str = "512m"
     user: str = "1000:1000"
     run_id: str = "adhoc"
+    # The OCI runtime dockerd starts containers with (None: the engine's default, runc). `crun` starts them
+    # faster where scripts/ensure_docker.sh could register it; every limit above applies the same way.
+    runtime: str | None = None
 
     def __post_init__(self) -> None:
         if self.repos_dir is not None:
@@ -72,4 +75,5 @@ class SandboxConfig:
             "read_only": True,
             "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={self.tmpfs_size},mode=1777"},
             "ipc_mode": "private",
+            **({"runtime": self.runtime} if self.runtime else {}),
         }

@@ -64,6 +64,18 @@ def client(http_timeout: float = 120.0) -> docker.DockerClient:
     return cache[key]
 
 
+def runtime_missing(runtime: str) -> str | None:
+    """None when dockerd knows the OCI runtime `runtime`, else why not (a clear error before any container)."""
+    try:
+        known = client().info().get("Runtimes") or {}
+    except (SandboxInfraError, docker.errors.DockerException, requests.RequestException) as exc:
+        return f"cannot reach the Docker engine ({exc})"
+    if runtime not in known:
+        return (f"the Docker engine has no runtime {runtime!r} (it has: {', '.join(sorted(known))}); "
+                "register it with scripts/ensure_docker.sh (as root) or leave --runtime out")
+    return None
+
+
 class OutputCap:
     """Keeps the first `limit` bytes and a short tail; counts what was dropped in between. Streaming, so a
     test printing 100 MB costs a read loop, not 100 MB of memory."""

@@ -163,6 +163,7 @@ class RayExecutor:
         self._owned = False
         self._temp: str | None = None
         self._actors: dict[int, list[tuple[Any, int, dict]]] = {}
+        self._stale = False
 
     # -- cluster ------------------------------------------------------------------------------------------
     def _connect(self):
@@ -190,9 +191,11 @@ class RayExecutor:
 
     def _workers(self, max_workers: int) -> list[tuple[Any, int, dict]]:
         """One actor per alive node with CPUs (only nodes offering the `docker` resource, when any does)."""
-        if max_workers in self._actors:
+        if max_workers in self._actors and not self._stale:
             return self._actors[max_workers]
+        self._stale = False
         ray = self._ray
+        self._kill_actors()  # a set of another size would hold the CPUs the new one needs
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1]
@@ -221,20 +224,23 @@ class RayExecutor:
 
     def close(self) -> None:
         """Stop the actors; shut down the Ray this executor started (or its connection to a cluster)."""
-        ray, self._ray = self._ray, None
-        if ray is None:
+        if self._ray is None:
             return
-        for workers in self._actors.values():
-            for handle, _, _ in workers:
-                try:
-                    ray.kill(handle)
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
-        self._actors.clear()
+        self._kill_actors()
+        ray, self._ray = self._ray, None
         if self._owned and ray.is_initialized():
             ray.shutdown()
         self._owned = False
         self._drop_temp()
+
+    def _kill_actors(self) -> None:
+        for workers in self._actors.values():
+            for handle, _, _ in workers:
+                try:
+                    self._ray.kill(handle)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        self._actors.clear()
 
     def _drop_temp(self) -> None:
         if self._temp is not None:
@@ -257,16 +263,10 @@ class RayExecutor:
                       config, **kw)
 
     def _forget(self, handle: Any) -> None:
-        """A dead actor: the next evaluation starts a fresh set (the dead one's node may be back, or gone)."""
-        for key, workers in list(self._actors.items()):
-            if any(w[0] is handle for w in workers):
-                for w in workers:
-                    if w[0] is not handle:
-                        try:
-                            self._ray.kill(w[0])
-                        except Exception:  # noqa: BLE001
-                            pass
-                del self._actors[key]
+        """A dead actor: the next evaluation starts a fresh set (the dead one's node may be back, or gone);
+        the others finish the run in progress first."""
+        if any(w[0] is handle for workers in self._actors.values() for w in workers):
+            self._stale = True
 
 
 def _drive(ray: Any, get_workers, forget, instances: Mapping[str, Instance], predictions: list[Prediction],

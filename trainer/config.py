@@ -87,6 +87,7 @@ class SandboxSection:
     cpus: float = 1.0
     timeout: int = 300
     max_workers: int = 2  # per node with the ray executor
+    runtime: str = ""  # OCI runtime (e.g. crun); empty: the engine's default
     executor: str = "local"  # local | ray (docs/scaling.md)
     ray_address: str = ""  # ray: the cluster (HEAD:6379, auto); empty: a local Ray for the run
 

@@ -28,7 +28,8 @@ class SandboxPool:
     def config(self) -> SandboxConfig:
         s = self.section
         return SandboxConfig(repos_dir=self.repos_dir, image=s.image, memory=s.memory, cpus=s.cpus,
-                             timeout=s.timeout, max_workers=s.max_workers, run_id=self.run_id)
+                             timeout=s.timeout, max_workers=s.max_workers, run_id=self.run_id,
+                             runtime=s.runtime or None)
 
     def evaluate(self, instances: dict[str, Instance], predictions: list[Prediction],
                  run_dir: Path) -> list[EvalResult]:
