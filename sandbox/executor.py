@@ -23,6 +23,7 @@ from sandbox.config import SandboxConfig
 from sandbox.records import EvalResult, Instance, Prediction
 
 EXECUTORS = ("local", "ray")
+CALLS_PER_WORKER = 16  # evaluate() calls one actor serves at once (+1 for cancel); each runs its own workers
 DOCKER_RESOURCE = "docker"  # a node started with --resources '{"docker": 1}' takes sandbox work; see docs/scaling.md
 
 
@@ -101,7 +102,7 @@ class SandboxWorker:
     soon as it is recorded (a Ray streaming generator). Logs stay on the node, under `log_root`."""
 
     def __init__(self) -> None:
-        self._stop = threading.Event()
+        self._stops: set[threading.Event] = set()  # one per call: verl's reward calls arrive concurrently
 
     def info(self) -> dict:
         import socket
@@ -114,28 +115,33 @@ class SandboxWorker:
 
         out: queue.Queue = queue.Queue()
         end = object()
+        stop = threading.Event()
+        self._stops.add(stop)
 
         def run() -> None:
             try:
                 # redo: the driver alone decides what is left to do; the node's own results file only holds logs.
                 evaluate_predictions(instances, predictions, config, run_dir=log_root, redo=True,
-                                     on_result=out.put, stop=self._stop)
+                                     on_result=out.put, stop=stop)
                 out.put(end)
             except BaseException as exc:  # noqa: BLE001 - handed to the driver as the stream's error
                 out.put(exc)
 
-        self._stop.clear()
         threading.Thread(target=run, name="gagar-ray-eval", daemon=True).start()
-        while (item := out.get()) is not end:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        try:
+            while (item := out.get()) is not end:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self._stops.discard(stop)
 
     def cancel(self) -> None:
         """Stop at once: the run stops taking predictions and the containers in flight are removed."""
         from sandbox import container as ctr
 
-        self._stop.set()
+        for stop in list(self._stops):
+            stop.set()
         ctr.remove_live()
 
 
@@ -164,6 +170,7 @@ class RayExecutor:
         self._temp: str | None = None
         self._actors: dict[int, list[tuple[Any, int, dict]]] = {}
         self._stale = False
+        self._lock = threading.Lock()  # evaluate() may be called from several threads (verl's reward loop)
 
     # -- cluster ------------------------------------------------------------------------------------------
     def _connect(self):
@@ -208,7 +215,7 @@ class RayExecutor:
         for n in nodes:
             cap = max(1, min(max_workers, int(n["Resources"]["CPU"])))
             handle = actor_cls.options(
-                num_cpus=cap, max_concurrency=2, max_restarts=0,
+                num_cpus=cap, max_concurrency=CALLS_PER_WORKER + 1, max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
             workers.append((handle, cap, {"node_id": n["NodeID"], "ip": n.get("NodeManagerAddress", "?")}))
         try:
@@ -258,9 +265,10 @@ class RayExecutor:
                  config: SandboxConfig, **kw: Any) -> list[EvalResult]:
         if not isinstance(instances, Mapping):
             instances = {i.instance_id: i for i in instances}
-        ray = self._connect()
-        return _drive(ray, lambda: self._workers(config.max_workers), self._forget, instances, predictions,
-                      config, **kw)
+        with self._lock:
+            ray = self._connect()
+            workers = self._workers(config.max_workers) if predictions else []
+        return _drive(ray, workers, self._forget, instances, predictions, config, **kw)
 
     def _forget(self, handle: Any) -> None:
         """A dead actor: the next evaluation starts a fresh set (the dead one's node may be back, or gone);
@@ -269,7 +277,7 @@ class RayExecutor:
             self._stale = True
 
 
-def _drive(ray: Any, get_workers, forget, instances: Mapping[str, Instance], predictions: list[Prediction],
+def _drive(ray: Any, workers: list[tuple], forget, instances: Mapping[str, Instance], predictions: list[Prediction],
            config: SandboxConfig, *, run_dir: Path | str | None = None, redo: bool = False, progress: bool = False,
            extra_report: dict | None = None) -> list[EvalResult]:
     """The driver side of a Ray run: resume, place whole groups on workers, record what streams back."""
@@ -305,8 +313,7 @@ def _drive(ray: Any, get_workers, forget, instances: Mapping[str, Instance], pre
 
     stop = threading.Event()
     with bar, _signals_raise(stop):
-        workers = get_workers() if todo else []
-        shares = split_groups(todo, [w[1] for w in workers]) if workers else []
+        shares = split_groups(todo, [w[1] for w in workers]) if todo else []
         events: queue.Queue = queue.Queue()
         active = [(w, share) for w, share in zip(workers, shares, strict=True) if share]
         for w, share in active:

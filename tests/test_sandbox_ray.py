@@ -192,8 +192,11 @@ def test_trainer_pool_and_verl_reward_on_ray(ray_session, bundled_tasks: Path, t
     spec = importlib.util.spec_from_file_location("gagar_verl_reward_ray", ROOT / "recipes" / "verl" / "reward.py")
     reward = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reward)
-    out = reward.compute_score(["gagar_swe"] * len(preds), ["```diff\n" + p.model_patch + "```" for p in preds],
-                               [p.instance_id for p in preds], [{} for _ in preds])
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(preds)) as calls:  # verl's reward loop calls it from several threads at once
+        out = list(calls.map(lambda p: reward.compute_score("gagar_swe", "```diff\n" + p.model_patch + "```",
+                                                            p.instance_id, {}), preds))
     reward._EXECUTOR.close()
     assert [o["sandbox_status"] for o in out] == [expected[(p.instance_id, p.rollout_id)] for p in preds]
     assert leftover_containers("ray-pool") == [] and leftover_containers("verl-reward") == []
