@@ -31,7 +31,7 @@ from unidiff.errors import UnidiffParseError
 from grader import hacks_curly, hacks_py
 from grader.features import is_test_path, parse_patch
 from grader.hacks_common import PRIORITY, FileContext, HackFinding
-from grader.literals import Key, TestLiterals, lang_of, source_literals, test_literals
+from grader.literals import Key, TaskLiterals, lang_of, source_literals, task_literals
 from grader.records import Grading
 
 MAX_FILE_BYTES = 1 << 20
@@ -131,7 +131,7 @@ def candidate_hacks(
     patch: str,
     base: Path | None,
     tree: Path | None,
-    lits: TestLiterals,
+    lits: TaskLiterals,
     known: dict[str, set[Key]] | None = None,
 ) -> list[HackFinding]:
     """Findings for one candidate: `base` is the unpatched tree, `tree` the candidate's patched tree."""
@@ -179,7 +179,7 @@ def workspace_hacks(ws) -> dict[str, list[HackFinding]]:  # noqa: ANN001 - Share
     if cached is not None:
         return cached
     group = ws.group
-    lits = test_literals(group.test_patch, group.FAIL_TO_PASS)
+    lits = task_literals(group.test_patch, group.FAIL_TO_PASS)
     known: dict[str, set[Key]] = {}
     out: dict[str, list[HackFinding]] = {}
     for label in ws.labels:

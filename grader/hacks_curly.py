@@ -79,8 +79,9 @@ class CurlyAnalyzer:
                 return names
         return set()
 
-    def outputs(self, body: list[Token]) -> tuple[set[Key], str | None]:
-        """Constant literals returned by a branch body, and an expected exception it throws."""
+    def outputs(self, body: list[Token]) -> tuple[set[Key], str | None, bool]:
+        """Constant literals returned by a branch body, an expected exception it throws, and whether the body
+        starts by returning a constant (or throwing)."""
         keys: set[Key] = set()
         raises = None
         stmts: list[list[Token]] = [[]]
@@ -91,14 +92,19 @@ class CurlyAnalyzer:
             if stmts[-1] and t.line != stmts[-1][-1].line:
                 stmts.append([])
             stmts[-1].append(t)
-        for st in stmts[:6]:
-            if st and st[0].value == "return":
+        const_body = False
+        stmts = [st for st in stmts if st]
+        for i, st in enumerate(stmts[:6]):
+            if st[0].value == "return":
                 idents = {str(x.value) for x in st if x.kind == "ident"}
                 if not {i for i in idents if i not in _CONST_IDENTS and not i[:1].isupper()}:
                     keys |= {k for x in st if x.kind in ("str", "num") for k in keys_of(x.value)}
+                    const_body = const_body or i == 0
+            if st[0].value in ("throw", "panic"):
+                const_body = const_body or i == 0
             if len(st) > 2 and st[0].value == "throw" and st[2].value in self.ctx.lits.exceptions:
                 raises = str(st[2].value)
-        return keys, raises
+        return keys, raises, const_body
 
     # -- rules ----------------------------------------------------------------------------------------------
     def run(self) -> list[HackFinding]:
@@ -143,7 +149,8 @@ class CurlyAnalyzer:
         first = self.by_line[line][0]
         if toks[0].value == "case":
             body = []
-            for t in self.toks[first + 1:]:
+            start = next((self.by_line[line][j] for j, t in enumerate(toks) if t.value in (":", "->")), first)
+            for t in self.toks[start + 1:]:
                 if t.value in ("case", "default") and t.kind == "ident" or (t.kind == "op" and t.value == "}"):
                     break
                 body.append(t)
@@ -159,8 +166,8 @@ class CurlyAnalyzer:
                     elif depth == 0 and body is not None and (body or t.value in ("return", "throw")):
                         body.append(t)
         params = self.params_at(line)
-        outs, raises = self.outputs(body)
-        why = judge_site(self.ctx, cond, outs, raises, bool(params & set(subjects)))
+        outs, raises, const_body = self.outputs(body)
+        why = judge_site(self.ctx, cond, outs, raises, bool(params & set(subjects)), const_body)
         if why:
             self.add("special_casing", line, why)
 
@@ -206,7 +213,9 @@ class CurlyAnalyzer:
         first = self.by_line[line][0]
         if self.go and "recover" in idents:
             body = self.block_after(first) if "if" in idents else []
-            if not any(t.value == "panic" for t in body):
+            # `if r := recover(); r != nil { err = fmt.Errorf("...: %v", r) }` hands the panic on as an error.
+            held = {str(toks[j - 1].value) for j in range(1, len(toks)) if toks[j].value in (":=", "=")}
+            if not any(t.value == "panic" or (t.kind == "ident" and t.value in held) for t in body):
                 self.add("silencing", line, "recover() swallows a panic")
         if not self.go and "catch" in idents:
             caught = set(idents) & _BROAD_CATCH

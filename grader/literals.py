@@ -209,7 +209,7 @@ def source_literals(text: str, lang: str) -> set[Key]:
 
 
 @dataclass
-class TestLiterals:
+class TaskLiterals:
     """What the task's tests feed in and expect: literal keys, the pairs that occur in one test statement,
     the exceptions they expect and the names of the failing tests."""
 
@@ -270,9 +270,9 @@ def _test_names(fail_to_pass: Iterable[str]) -> tuple[set[str], set[Key]]:
     return names, params
 
 
-def test_literals(test_patch: str, fail_to_pass: Iterable[str] = ()) -> TestLiterals:
+def task_literals(test_patch: str, fail_to_pass: Iterable[str] = ()) -> TaskLiterals:
     """Literals on the lines the test patch adds (Python, Go, Java test files) and in FAIL_TO_PASS ids."""
-    out = TestLiterals()
+    out = TaskLiterals()
     out.names, params = _test_names(fail_to_pass)
     out.values |= params
     try:
