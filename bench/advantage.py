@@ -39,10 +39,11 @@ def loop_gapo(scores: torch.Tensor, index: list, coverage=0.5, eps=1e-6) -> torc
         s = torch.sort(vals)[0].tolist()
         n = len(s)
         k = max(1, math.ceil(coverage * n))
-        best, start = math.inf, 0
-        for j in range(n - k + 1):
-            if s[j + k - 1] - s[j] < best:
-                best, start = s[j + k - 1] - s[j], j
+        widths = [s[j + k - 1] - s[j] for j in range(n - k + 1)]
+        # the engine's tie rule: widths within 8 float32 rounding steps of the largest |reward| tie -> lowest
+        tol = 8 * torch.finfo(torch.float32).eps * max(abs(s[0]), abs(s[-1]))
+        least = min(widths)
+        start = next(j for j, w in enumerate(widths) if w <= least + tol)
         w = s[start : start + k]
         q = (w[(k - 1) // 2] + w[k // 2]) / 2
         d = torch.sqrt(((vals - q) ** 2).sum() / max(n - 1, 1))

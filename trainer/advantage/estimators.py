@@ -111,11 +111,12 @@ def _lowest_narrowest(widths: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
 
     widths: (G, w) per window start (+inf where no window starts); lo, hi: (G, 1) smallest and largest reward.
     """
-    tol = torch.maximum(lo.abs(), hi.abs()).mul_(TIE_ULPS * torch.finfo(widths.dtype).eps)
-    tied = widths <= widths.amin(1, keepdim=True) + tol
-    starts = torch.arange(widths.shape[1], device=widths.device)
-    # the smallest tied start: an exact "first True" that does not rely on argmin's tie order
-    return torch.where(tied, starts, widths.shape[1]).amin(1, keepdim=True)
+    # sorted rewards: max |r| = max(hi, −lo); the tolerance scales with it, as the rounding error does
+    scale = torch.maximum(hi, lo.neg())
+    thr = widths.amin(1, keepdim=True).add_(scale, alpha=TIE_ULPS * torch.finfo(widths.dtype).eps)
+    wider = widths > thr  # False exactly at the tied windows
+    # argmin returns the first minimum (documented), i.e. the lowest tied window; uint8 view: no copy
+    return wider.view(torch.uint8).argmin(1, keepdim=True)
 
 
 def _center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> tuple[Tensor, float]:
