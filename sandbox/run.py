@@ -183,8 +183,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
         if stop.is_set():
             raise _Interrupted
         prepared = slot.run.result()
+        channel.open()  # before the hand-off: if it fails, the `finally` still discards the slot's container
         slot = None  # the run owns its container now: go() removes it
-        channel.open()
         try:
             outcome = prepared.go(background_remove=True)
         finally:
