@@ -134,7 +134,7 @@ def instrument() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- inputs
-def load_inputs(tasks: Path) -> tuple[dict[str, Instance], list[Prediction]]:
+def load_inputs(tasks: Path, groups: int = GROUPS) -> tuple[dict[str, Instance], list[Prediction]]:
     insts = [Instance.from_dict(json.loads(ln)) for ln in (tasks / "instances.jsonl").read_text().splitlines()
              if ln.strip()]
     py = [i for i in insts if i.language == "python"]
@@ -144,7 +144,7 @@ def load_inputs(tasks: Path) -> tuple[dict[str, Instance], list[Prediction]]:
     for d in map(json.loads, (tasks / "predictions.jsonl").open()):
         if expected.get((d["instance_id"], str(d["rollout_id"]))) in ("resolved", "unresolved"):
             patches.setdefault(d["instance_id"], []).append(d["model_patch"])
-    chosen = [*py, *py][:GROUPS]
+    chosen = [*py, *py][:groups]
     out_i: dict[str, Instance] = {}
     preds: list[Prediction] = []
     for g, inst in enumerate(chosen):
@@ -237,7 +237,10 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--runtime", help="OCI runtime for the containers (e.g. crun; default: the engine's)")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray executor")
+    p.add_argument("--compare-runtime", help="also time the local executor at the most workers with this OCI "
+                   "runtime (e.g. crun), interleaved with the default")
     p.add_argument("--workers", default="1,2")
+    p.add_argument("--groups", type=int, default=GROUPS, help="groups of 8 (8 for the recorded figures)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "throughput.json")
     args = p.parse_args()
 
@@ -246,7 +249,7 @@ def main() -> int:
     if not (tasks / "instances.jsonl").exists():
         subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--out", str(tasks)], check=True,
                        capture_output=True)
-    insts, preds = load_inputs(tasks)
+    insts, preds = load_inputs(tasks, args.groups)
     repos = (tasks / "repos").resolve()
     (Path(tmp.name) / "host").mkdir()
     trees = host_trees(insts, preds, repos, Path(tmp.name) / "host")
@@ -269,6 +272,16 @@ def main() -> int:
         by_workers[str(w)] = measure(w, args.repeats, trees, insts, preds, cfg, ray_ex)
     if ray_ex is not None:
         ray_ex.close()
+    compare = None
+    if args.compare_runtime:
+        w = max(workers)
+        walls: dict[str, list[float]] = {}
+        for _ in range(args.repeats):
+            for rt in (args.runtime, args.compare_runtime):
+                c = replace(cfg, max_workers=w, runtime=rt)
+                walls.setdefault(rt or "default", []).append(sandbox_run(LocalExecutor(), insts, preds, c)[0])
+        compare = {"workers": w, **{rt: {"median_s": round(statistics.median(v), 3),
+                                         "walls": [round(x, 3) for x in v]} for rt, v in walls.items()}}
     load1 = os.getloadavg()
     top = by_workers[str(max(workers))]
     one = by_workers[str(min(workers))]
@@ -282,9 +295,10 @@ def main() -> int:
         worst = max(v["ray_over_local"] for v in by_workers.values())
         targets["ray_over_local"] = {"value": worst, "target": 1.15, "met": worst <= 1.15}
     result = {
-        "rollouts": len(preds), "groups": GROUPS, "per_group": PER_GROUP, "repeats": args.repeats,
+        "rollouts": len(preds), "groups": args.groups, "per_group": PER_GROUP, "repeats": args.repeats,
         "runtime": args.runtime or "default (runc)", "workers": by_workers, "targets": targets,
         "ray_start_s": round(ray_start, 2) if ray_start is not None else None,
+        "runtime_comparison": compare,
         "load_average": {"before": [round(x, 2) for x in load0], "after": [round(x, 2) for x in load1]},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -293,7 +307,7 @@ def main() -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({"workers": {w: {k: v for k, v in d.items() if k not in ("stages", "walls")}
                                   for w, d in by_workers.items()}, "targets": targets,
-                      "load": result["load_average"]}, indent=1))
+                      "runtime_comparison": compare, "load": result["load_average"]}, indent=1))
     for w, d in by_workers.items():
         print(f"stages at {w} worker(s), per rollout:",
               ", ".join(f"{k} {v['per_rollout_s']:.3f}" for k, v in d["stages"].items()))

@@ -24,6 +24,7 @@ import docker
 import docker.errors
 import requests
 from docker.types import LogConfig
+from docker.utils.socket import frames_iter
 
 from sandbox.channel import GUEST_DIR, LIB_MOUNT
 from sandbox.config import SandboxConfig
@@ -244,7 +245,10 @@ class PreparedRun:
                                        name=_name(config.run_id, name_hint), mounts=mounts, env=full_env,
                                        stdin_open=True, call=call)
         try:
-            self._stdin = self._c.api.attach_socket(self.cid, params={"stdin": 1, "stream": 1})
+            # One attach for both directions, made before the start so no output is missed: the `go` line goes
+            # in, the tests' output comes back, and go() pays no API round trip before the tests begin.
+            self._stdin = self._c.api.attach_socket(self.cid, params={"stdin": 1, "stdout": 1, "stderr": 1,
+                                                                      "stream": 1})
             self._c.api.start(self.cid)
         except docker.errors.DockerException as exc:
             self.discard()
@@ -280,14 +284,14 @@ class PreparedRun:
         c, cid = self._c, self.cid
         cap = OutputCap(self.config.output_limit_bytes)
         try:
-            # Attached before the go, so nothing is missed; drained on a thread so the wait can time out.
-            stream = c.api.attach(cid, stdout=True, stderr=True, stream=True, logs=False)
+            # Drained on a thread so the wait can time out.
+            sock = self._stdin
 
             def drain() -> None:
                 try:
-                    for chunk in stream:
+                    for _, chunk in frames_iter(sock, tty=False):
                         cap.feed(chunk)
-                except (requests.RequestException, OSError, docker.errors.DockerException):
+                except (OSError, ValueError, docker.errors.DockerException):
                     pass  # the container was killed under us; what was read is kept
 
             reader = threading.Thread(target=drain, daemon=True)
@@ -296,9 +300,9 @@ class PreparedRun:
             raw = getattr(self._stdin, "_sock", self._stdin)
             try:
                 raw.sendall(b"go\n")
+                raw.shutdown(socket.SHUT_WR)  # the tests see EOF on stdin (StdinOnce), as with `docker run` without -i
             except OSError as exc:
                 raise SandboxInfraError(f"the test container did not take the start signal ({exc})") from exc
-            self._close_stdin()  # the tests see EOF on stdin, as with `docker run` without -i
             watch = _WriteWatch(cid, self._mounted, self.config.max_write_bytes)
             watch.start()
             timed_out = False
@@ -315,7 +319,7 @@ class PreparedRun:
                 watch.stop()
             duration = time.monotonic() - t0
             reader.join(timeout=30)
-            stream.close()
+            self._close_stdin()
             state = c.api.inspect_container(cid)["State"]
             if exit_code is None and not timed_out and not state.get("Running"):
                 exit_code = state.get("ExitCode")
