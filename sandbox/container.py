@@ -13,7 +13,6 @@ import atexit
 import os
 import re
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -28,16 +27,20 @@ from docker.utils.socket import frames_iter
 
 from sandbox.channel import GUEST_DIR, LIB_MOUNT
 from sandbox.config import SandboxConfig
+from sandbox.watch import OutputCap, WriteWatch, disk_bytes
 from sandbox.workspace import janitor
 
 LABEL = "gagar.sandbox"
 RUN_LABEL = "gagar.run"
 CALL_LABEL = "gagar.call"
 OWNER_LABEL = "gagar.owner"
-OWNER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner() -> str:
+    """This process, as the owner label names it (`host:pid`; computed each time, so a forked child is itself)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 TESTBED = "/testbed"
 REPORT = "/gagar/report"
-TRUNC_MARK = "\n[gagar: output truncated: {dropped} bytes dropped]\n"
 
 _live: dict[str, str | None] = {}  # container id -> the evaluation call that made it
 _live_lock = threading.Lock()
@@ -75,44 +78,6 @@ def runtime_missing(runtime: str) -> str | None:
         return (f"the Docker engine has no runtime {runtime!r} (it has: {', '.join(sorted(known))}); "
                 "register it with scripts/ensure_docker.sh (as root) or leave --runtime out")
     return None
-
-
-class OutputCap:
-    """Keeps the first `limit` bytes and a short tail; counts what was dropped in between. Streaming, so a
-    test printing 100 MB costs a read loop, not 100 MB of memory."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.tail_limit = min(limit // 4, 64 << 10)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.limit - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk and self.tail_limit:
-            self.tail += chunk
-            if len(self.tail) > 2 * self.tail_limit:
-                del self.tail[: len(self.tail) - self.tail_limit]
-
-    def _kept_tail(self) -> bytes:
-        return bytes(self.tail[-self.tail_limit :]) if self.tail_limit else b""
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.head) + len(self._kept_tail())
-
-    def text(self) -> str:
-        tail = self._kept_tail()
-        dropped = self.total - len(self.head) - len(tail)
-        body = bytes(self.head)
-        if dropped > 0:
-            body += TRUNC_MARK.format(dropped=dropped).encode()
-        return (body + tail).decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -184,6 +149,41 @@ def remove_live(call: str | None = None) -> int:
 atexit.register(remove_live)
 
 
+def _owner_alive(owner: str | None) -> bool:
+    """Whether the process named by a container's owner label (`host:pid`) may still be using it."""
+    host, _, pid = (owner or "").rpartition(":")
+    if not pid.isdigit() or host != socket.gethostname():
+        return False  # no label (an older gagar) or another machine's engine client: a leftover
+    if int(pid) == os.getpid():
+        return True  # this process: another evaluation call of ours owns it (overlap mode, refill)
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(run_id: str) -> None:
+    """Remove this run's containers that are not running and whose owner process is gone: what a killed process
+    or a dead Docker engine left behind. Containers of a live owner — another evaluation in this process, or
+    another process on this machine — are never touched (a created-not-yet-started one is not stale)."""
+    try:
+        c = client()
+        rows = c.api.containers(all=True, filters={"label": [f"{RUN_LABEL}={run_id}"],
+                                                   "status": ["exited", "dead", "created"]})
+    except (SandboxInfraError, docker.errors.DockerException, requests.RequestException):
+        return
+    for row in rows:
+        if _owner_alive((row.get("Labels") or {}).get(OWNER_LABEL)):
+            continue
+        try:
+            c.api.remove_container(row["Id"], force=True, v=True)
+        except (docker.errors.DockerException, requests.RequestException):
+            pass
+
+
 def gc(run_id: str | None = None, c: docker.DockerClient | None = None) -> list[str]:
     """Remove leftover sandbox containers by label (all runs, or one)."""
     c = c or docker.from_env(timeout=60)
@@ -203,7 +203,7 @@ def _create(c: docker.DockerClient, image: str, config: SandboxConfig, *, comman
     try:
         res = c.api.create_container(
             image, command=command, name=name, working_dir=TESTBED, environment=env, host_config=hc,
-            labels={LABEL: "1", RUN_LABEL: config.run_id, CALL_LABEL: call or "", OWNER_LABEL: OWNER},
+            labels={LABEL: "1", RUN_LABEL: config.run_id, CALL_LABEL: call or "", OWNER_LABEL: owner()},
             user=config.user, stdin_open=stdin_open, tty=False,
         )
     except docker.errors.ImageNotFound as exc:
@@ -303,7 +303,7 @@ class PreparedRun:
                 raw.shutdown(socket.SHUT_WR)  # the tests see EOF on stdin (StdinOnce), as with `docker run` without -i
             except OSError as exc:
                 raise SandboxInfraError(f"the test container did not take the start signal ({exc})") from exc
-            watch = _WriteWatch(cid, self._mounted, self.config.max_write_bytes)
+            watch = WriteWatch(self._mounted, self.config.max_write_bytes, lambda: _stop_container(cid))
             watch.start()
             timed_out = False
             exit_code: int | None = None
@@ -341,50 +341,6 @@ class PreparedRun:
             self.discard(background=background_remove)
 
 
-def _disk_bytes(paths: tuple[Path, ...]) -> int:
-    """Disk use under `paths`, each entry counted as at least one 4 KiB block so that a flood of empty files
-    (inodes) counts too. GNU find walks trees of any depth (a test can nest directories past PATH_MAX, where
-    os.walk recurses out) and never follows symlinks."""
-    proc = subprocess.run(["find", *map(str, paths), "-xdev", "-printf", "%b\n"], capture_output=True, text=True)
-    return sum(max(int(b) * 512, 4096) for b in proc.stdout.split() if b.isdigit())
-
-
-class _WriteWatch(threading.Thread):
-    """Kills the container once the tests have added more than `limit` bytes (or files) under the host mounts. A bind
-    mount has no quota, so without this a test could fill the host's disk (it writes ~1 GB/s). Polled twice a
-    second: the overshoot is what the tests write in that time.
-
-    `base` is the size the limit counts from (default: now); it trips only while the tree is bigger than when
-    the watch started, so a long-lived container past its cap can still run the command that cleans up.
-    `restart` restarts the container instead of killing it (the agent's container lives on)."""
-
-    def __init__(self, cid: str, paths: tuple[Path, ...], limit: int, interval: float = 0.5, *,
-                 base: int | None = None, restart: bool = False) -> None:
-        super().__init__(daemon=True, name="gagar-write-watch")
-        self.cid, self.paths, self.limit, self.interval, self.restart = cid, paths, limit, interval, restart
-        self.tripped = False
-        self._halt = threading.Event()
-        self._start = _disk_bytes(paths) if limit > 0 else 0
-        self._base = self._start if base is None else base
-
-    def run(self) -> None:
-        while self.limit > 0 and not self._halt.wait(self.interval):
-            now = _disk_bytes(self.paths)
-            if now - self._base > self.limit and now > self._start:
-                self.tripped = True
-                try:  # this thread's own client: the SDK's are per thread
-                    if self.restart:
-                        client().api.restart(self.cid, timeout=0)
-                    else:
-                        client().api.kill(self.cid)
-                except (docker.errors.DockerException, requests.RequestException, SandboxInfraError):
-                    pass  # it exited just now, or the engine is gone: the waiter finds out
-                return
-
-    def stop(self) -> None:
-        self._halt.set()
-
-
 def run_tests(
     image: str,
     testbed: Path,
@@ -402,6 +358,18 @@ def run_tests(
     `sandbox.workspace.janitor.drain()` waits for it)."""
     return PreparedRun(image, testbed, report_dir, command, config, env=env, name_hint=name_hint, call=call).go(
         background_remove=background_remove)
+
+
+def _stop_container(cid: str, *, restart: bool = False) -> None:
+    """The write watchdog's action: kill a test run's container, or restart the agent's (which kills every
+    process in it and keeps it). Runs on the watchdog's thread, with that thread's own client."""
+    try:
+        if restart:
+            client().api.restart(cid, timeout=0)
+        else:
+            client().api.kill(cid)
+    except (docker.errors.DockerException, requests.RequestException, SandboxInfraError):
+        pass  # it exited just now, or the engine is gone: the waiter finds out
 
 
 def _remove_bg(cid: str) -> None:
@@ -429,7 +397,7 @@ class Container:
     def __enter__(self) -> Container:
         self._c = client(http_timeout=max(120.0, self.config.timeout + 60))
         if self.config.max_write_bytes > 0:
-            self._base = _disk_bytes((self.workdir,))
+            self._base = disk_bytes((self.workdir,))
         mounts = {str(self.workdir): {"bind": TESTBED, "mode": "rw"}}
         self.id = _create(self._c, self.image, self.config, command=["sleep", "infinity"],
                           name=_name(self.config.run_id, "agent"), mounts=mounts, env=self.env)
@@ -469,7 +437,9 @@ class Container:
 
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
-        watch = _WriteWatch(self.id, (self.workdir,), self.config.max_write_bytes, base=self._base, restart=True)
+        cid = self.id
+        watch = WriteWatch((self.workdir,), self.config.max_write_bytes, lambda: _stop_container(cid, restart=True),
+                           base=self._base)
         watch.start()
         try:
             reader.join(timeout + 10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -16,9 +17,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sandbox.records import STATUSES, EvalResult
+from sandbox.records import STATUSES, EvalResult, Prediction
+from sandbox.workspace import remove_tree
 
 ERROR_STATUSES = ("patch_failed", "rejected", "timeout", "infra_error")
+REPORT_MAX_FILES, REPORT_MAX_DEPTH = 1000, 8
+REPORT_FILE_CAP = 8 << 20  # bytes of structured reports copied into the logs per prediction
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -127,6 +131,44 @@ class ResultWriter:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def log_dir_for(run_dir: Path | None, pred: Prediction) -> Path | None:
+    """A fresh `logs/<instance>/<rollout>/` under `run_dir` (names made file-safe), or None without one."""
+    if run_dir is None:
+        return None
+    safe = lambda s: "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in s)[:120] or "_"  # noqa: E731
+    d = run_dir / "logs" / safe(pred.instance_id) / safe(pred.rollout_id)
+    if d.exists():
+        remove_tree(d)
+    d.mkdir(parents=True)
+    return d
+
+
+def collect_reports(src: Path, dst: Path) -> None:
+    """Copy the report dir into the logs. The tests control it: only regular files, at most REPORT_FILE_CAP
+    bytes, REPORT_MAX_FILES files and REPORT_MAX_DEPTH levels (walked without recursion: a test can nest
+    directories deeper than Python's stack), never following links."""
+    budget, files = REPORT_FILE_CAP, 0
+    stack = [(src, 0)]
+    while stack and files < REPORT_MAX_FILES:
+        d, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if depth < REPORT_MAX_DEPTH:
+                    stack.append((Path(e.path), depth + 1))
+            elif e.is_file(follow_symlinks=False) and files < REPORT_MAX_FILES:
+                size = e.stat(follow_symlinks=False).st_size
+                if size <= budget:
+                    target = dst / "report" / Path(e.path).relative_to(src)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(e.path, target, follow_symlinks=False)
+                    budget -= size
+                    files += 1
 
 
 def result_key_str(instance_id: str, rollout_id: str, per_instance: bool) -> str:

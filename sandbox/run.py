@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
-import shutil
 import signal
 import threading
 import time
@@ -31,13 +29,18 @@ from sandbox.config import SandboxConfig
 from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.images import ImageError, select_image
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
-from sandbox.report import ResultWriter, atomic_write_text, build_report, resume_done
+from sandbox.report import (
+    ResultWriter,
+    atomic_write_text,
+    build_report,
+    collect_reports,
+    log_dir_for,
+    resume_done,
+)
 from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree
 
 log = logging.getLogger(__name__)
 
-REPORT_MAX_FILES, REPORT_MAX_DEPTH = 1000, 8
-REPORT_FILE_CAP = 8 << 20  # bytes of structured reports copied into the logs per prediction
 GO_ENV = {"GOCACHE": "/tmp/gocache", "GOPATH": "/tmp/go", "GOFLAGS": "-mod=mod", "GOPROXY": "off"}
 
 
@@ -69,43 +72,6 @@ def _image_missing(image: str) -> str | None:
         return f"image {image!r} not found; build it with `gagar image build --all` or pass --image"
     except (docker.errors.DockerException, ctr.SandboxInfraError) as exc:
         return f"cannot reach the Docker engine ({exc})"
-
-
-def _log_dir(run_dir: Path | None, pred: Prediction) -> Path | None:
-    if run_dir is None:
-        return None
-    safe = lambda s: "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in s)[:120] or "_"  # noqa: E731
-    d = run_dir / "logs" / safe(pred.instance_id) / safe(pred.rollout_id)
-    if d.exists():
-        remove_tree(d)
-    d.mkdir(parents=True)
-    return d
-
-
-def _collect_reports(src: Path, dst: Path) -> None:
-    """Copy the report dir into the logs. The tests control it: only regular files, at most REPORT_FILE_CAP
-    bytes, REPORT_MAX_FILES files and REPORT_MAX_DEPTH levels (walked without recursion: a test can nest
-    directories deeper than Python's stack), never following links."""
-    budget, files = REPORT_FILE_CAP, 0
-    stack = [(src, 0)]
-    while stack and files < REPORT_MAX_FILES:
-        d, depth = stack.pop()
-        try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
-        except OSError:
-            continue
-        for e in entries:
-            if e.is_dir(follow_symlinks=False):
-                if depth < REPORT_MAX_DEPTH:
-                    stack.append((Path(e.path), depth + 1))
-            elif e.is_file(follow_symlinks=False) and files < REPORT_MAX_FILES:
-                size = e.stat(follow_symlinks=False).st_size
-                if size <= budget:
-                    target = dst / "report" / Path(e.path).relative_to(src)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(e.path, target, follow_symlinks=False)
-                    budget -= size
-                    files += 1
 
 
 def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, config: SandboxConfig, image: str,
@@ -193,7 +159,7 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             raise _Interrupted
         if log_dir is not None:
             (log_dir / "test_output.txt").write_text(outcome.output, errors="replace")
-            _collect_reports(report_dir, log_dir)
+            collect_reports(report_dir, log_dir)
         notes.append(f"== tests: exit {outcome.exit_code}, {outcome.duration_s:.2f}s, "
                      f"{outcome.output_bytes} output bytes{' (truncated)' if outcome.truncated else ''}"
                      f"{', OOM-killed' if outcome.oom_killed else ''}")
@@ -269,41 +235,6 @@ def _test_files(instance: Instance) -> list[str]:
     return sorted(out)
 
 
-def _owner_alive(owner: str | None) -> bool:
-    """Whether the process named by a container's owner label (`host:pid`) may still be using it."""
-    host, _, pid = (owner or "").rpartition(":")
-    if not pid.isdigit() or host != ctr.OWNER.rpartition(":")[0]:
-        return False  # no label (an older gagar) or another machine's engine client: a leftover
-    if int(pid) == os.getpid():
-        return True  # this process: another evaluation call of ours owns it (overlap mode, refill)
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _remove_stale_containers(run_id: str) -> None:
-    """Remove this run's containers that are not running and whose owner process is gone: what a killed process
-    or a dead Docker engine left behind. Containers of a live owner — another evaluation in this process, or
-    another process on this machine — are never touched (a created-not-yet-started one is not stale)."""
-    try:
-        c = ctr.client()
-        rows = c.api.containers(all=True, filters={"label": [f"{ctr.RUN_LABEL}={run_id}"],
-                                                   "status": ["exited", "dead", "created"]})
-    except (ctr.SandboxInfraError, docker.errors.DockerException, requests.RequestException):
-        return
-    for row in rows:
-        if _owner_alive((row.get("Labels") or {}).get(ctr.OWNER_LABEL)):
-            continue
-        try:
-            c.api.remove_container(row["Id"], force=True, v=True)
-        except (docker.errors.DockerException, requests.RequestException):
-            pass
-
-
 @contextmanager
 def _signals_raise(stop: threading.Event):
     """SIGTERM behaves like Ctrl-C, so both reach the `finally` that removes the containers."""
@@ -354,7 +285,7 @@ def evaluate_predictions(
     done: dict[tuple[str, str], EvalResult] = {}
     if writer is not None:
         done = resume_done(writer, keys, redo=redo)
-        _remove_stale_containers(config.run_id)
+        ctr.remove_stale(config.run_id)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
     # Group by instance, keeping first-seen order, so one group's rollouts run together.
     order: dict[str, list[Prediction]] = {}
@@ -407,7 +338,7 @@ def evaluate_predictions(
                            rollout_id=p.rollout_id, status="infra_error", error=image_errors[p.instance_id])
         else:
             r = evaluate_one(inst, p, groups[p.instance_id], config, images[p.instance_id],
-                             _log_dir(run_dir, p), stop)
+                             log_dir_for(run_dir, p), stop)
         record(r)
         return r
 

@@ -189,7 +189,7 @@ def test_forgers_in_the_test_process_are_flagged(task: CalcTask, tmp_path: Path)
 def test_stale_cleanup_spares_live_owners_and_remove_live_spares_other_calls(task: CalcTask) -> None:
     """A container created (not yet started) by an evaluation in this process is not stale; one whose owner
     process is gone is. `remove_live(call)` removes one call's containers only."""
-    from sandbox.run import _remove_stale_containers
+    from sandbox.container import remove_stale
 
     require_docker()
     cfg = SandboxConfig(run_id="stale-owner")
@@ -199,9 +199,9 @@ def test_stale_cleanup_spares_live_owners_and_remove_live_spares_other_calls(tas
     other = ctr._create(c, "gagar-python:latest", cfg, command=["true"], name=ctr._name("stale-owner", "b"),
                         mounts={}, env={}, call="call-b")
     orphan = c.api.create_container("gagar-python:latest", command=["true"], labels={
-        ctr.LABEL: "1", ctr.RUN_LABEL: "stale-owner", ctr.OWNER_LABEL: f"{ctr.OWNER.rpartition(':')[0]}:999999999"})
+        ctr.LABEL: "1", ctr.RUN_LABEL: "stale-owner", ctr.OWNER_LABEL: f"{ctr.owner().rpartition(':')[0]}:999999999"})
     try:
-        _remove_stale_containers("stale-owner")
+        remove_stale("stale-owner")
         left = {r["Id"] for r in c.api.containers(all=True, filters={"label": "gagar.run=stale-owner"})}
         assert mine in left and other in left and orphan["Id"] not in left
         assert ctr.remove_live("call-a") == 1
