@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.backends import ChatBackend, make_backend
-from grader.grade import grade_group
+from grader.grade import grade_groups
 from grader.metrics import evaluate
 from grader.records import Group, InputError, load_groups, read_jsonl, write_jsonl_atomic
 from sandbox import gitsafe
@@ -25,6 +25,8 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-turns", type=int, default=12, help="tool-call budget per judge run")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-groups", type=int, default=8,
+                   help="LLM judge: groups whose conversations share each model batch (1 = one at a time)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -64,6 +66,8 @@ def _validate_judge_args(args: argparse.Namespace) -> str | None:
         return "--permutations must be at least 1"
     if args.max_turns < 1:
         return "--max-turns must be at least 1"
+    if args.batch_groups < 1:
+        return "--batch-groups must be at least 1"
     if args.judge == "llm":
         if not args.model:
             return "--judge llm needs --model (a local path or hub id; the served model name with --backend openai)"
@@ -83,15 +87,18 @@ def _run(
         TextColumn("{task.fields[current]}"), disable=args.no_progress, transient=False,
     ) as bar:
         task = bar.add_task(label, total=len(groups), current="")
-        for g in groups:
-            bar.update(task, current=g.instance_id)
-            res = grade_group(
-                g, args.repos_dir, judge=args.judge, backend=backend, permutations=args.permutations,
-                seed=args.seed, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
-            )
+
+        def done(res: Any) -> None:
+            nonlocal fallbacks
             fallbacks += int(res.fallback)
             save(res)
-            bar.advance(task)
+            bar.update(task, advance=1, current=res.instance_id)
+
+        grade_groups(
+            groups, args.repos_dir, judge=args.judge, backend=backend, permutations=args.permutations,
+            seed=args.seed, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
+            batch_groups=args.batch_groups, on_result=done,
+        )
     return fallbacks
 
 

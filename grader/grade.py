@@ -1,8 +1,14 @@
-"""Grading groups: the Python API under `gagar grade` (heuristic or LLM judge, one workspace per group)."""
+"""Grading groups: the Python API under `gagar grade` (heuristic or LLM judge, one workspace per group).
+
+The LLM judge grades `batch_groups` groups at a time: their workspaces are open together and every
+conversation (each group × each permutation) advances in the same model batch (`LLMJudge.grade_workspaces`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from itertools import islice
 from pathlib import Path
 
 from grader.backends import ChatBackend
@@ -13,6 +19,13 @@ from grader.records import Grading, Group
 from grader.workspace import SharedWorkspace
 
 JUDGES = ("heuristic", "llm")
+BATCH_GROUPS = 8
+
+
+def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int) -> LLMJudge:
+    if backend is None:
+        raise ValueError("judge='llm' needs a backend (see grader.backends)")
+    return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens)
 
 
 def grade_group(
@@ -26,18 +39,10 @@ def grade_group(
     max_turns: int = 12,
     max_new_tokens: int = 512,
 ) -> Grading:
-    if judge not in JUDGES:
-        raise ValueError(f"unknown judge {judge!r}; choose heuristic or llm")
-    with SharedWorkspace(group, repos_dir, seed=seed) as ws:
-        if judge == "heuristic":
-            return rank_workspace(ws)
-        if backend is None:
-            raise ValueError("judge='llm' needs a backend (see grader.backends)")
-        llm = LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens)
-        graded = llm.grade_workspace(ws, permutations=permutations, seed=seed)
-        # Static hack evidence overrides the model's ranking: a judge can be talked out of a verdict (the
-        # candidate's own code and comments are in its context), a finding on the code cannot.
-        return apply_hacks(graded, workspace_hacks(ws))
+    return grade_groups(
+        [group], repos_dir, judge=judge, backend=backend, permutations=permutations, seed=seed,
+        max_turns=max_turns, max_new_tokens=max_new_tokens,
+    )[0]
 
 
 def grade_groups(
@@ -50,16 +55,27 @@ def grade_groups(
     seed: int = 0,
     max_turns: int = 12,
     max_new_tokens: int = 512,
+    batch_groups: int = BATCH_GROUPS,
     on_result: Callable[[Grading], None] | None = None,
 ) -> list[Grading]:
-    """Grade every group in order; `on_result` is called after each (the CLI saves and advances its bar)."""
-    out = []
-    for g in groups:
-        res = grade_group(
-            g, repos_dir, judge=judge, backend=backend, permutations=permutations, seed=seed,
-            max_turns=max_turns, max_new_tokens=max_new_tokens,
-        )
-        out.append(res)
-        if on_result:
-            on_result(res)
+    """Grade every group, in order; `on_result` is called after each (the CLI saves and advances its bar)."""
+    if judge not in JUDGES:
+        raise ValueError(f"unknown judge {judge!r}; choose heuristic or llm")
+    llm = _llm(backend, max_turns, max_new_tokens) if judge == "llm" else None
+    it = iter(groups)
+    out: list[Grading] = []
+    while chunk := list(islice(it, max(1, batch_groups) if llm else 1)):
+        with ExitStack() as stack:
+            wss = [stack.enter_context(SharedWorkspace(g, repos_dir, seed=seed)) for g in chunk]
+            if llm is None:
+                results = [rank_workspace(ws) for ws in wss]
+            else:
+                graded = llm.grade_workspaces(wss, permutations=permutations, seed=seed)
+                # Static hack evidence overrides the model's ranking: a judge can be talked out of a verdict (the
+                # candidate's own code and comments are in its context), a finding on the code cannot.
+                results = [apply_hacks(g, workspace_hacks(ws)) for g, ws in zip(graded, wss, strict=True)]
+        for res in results:
+            out.append(res)
+            if on_result:
+                on_result(res)
     return out

@@ -1,7 +1,9 @@
 """The agentic LLM judge: a tool loop over the shared workspace ending in a validated listwise answer.
 
 One run: the model sees the criteria and a summary, calls tools (bounded by `max_turns`), and answers with a
-ranking, tiers and evidence. An unusable reply (unparsable, or an invalid answer) is answered with the problem
+ranking, tiers and evidence. Runs are batched: every (group, permutation) conversation that is still active
+advances by one turn per backend call (`chat_batch`: one left-padded forward batch in-process, one vLLM batch,
+or concurrent requests to a server), so K permutations of G groups cost about as many model calls as one run. An unusable reply (unparsable, or an invalid answer) is answered with the problem
 and one retry is allowed; a second unusable reply, a backend error or an exhausted turn budget ends the run.
 With K permutations the letters are reshuffled per run and the successful runs are Borda-aggregated. When no
 run succeeds the heuristic ranking is returned with `fallback: true`, so the trainer always gets a grading.
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.aggregate import aggregate_tiers, agreement, borda
-from grader.backends import BackendError, ChatBackend
+from grader.backends import BackendError, ChatBackend, chat_batch
 from grader.heuristic import append_unapplied, rank_workspace, weights_for
 from grader.prompt import (
     Answer,
@@ -48,6 +50,67 @@ class RunResult:
     tool_calls: int = 0
 
 
+class _Run:
+    """One conversation in flight: a workspace, its letter shuffle (seed), the messages so far."""
+
+    def __init__(self, ws: SharedWorkspace, seed: int) -> None:
+        self.ws, self.seed = ws, seed
+        ws.relabel(seed)
+        self.labels = list(ws.labels)
+        self.messages = build_initial_messages(ws.group, ws, self.labels)
+        self.unusable = 0
+        self.calls = 0
+        self.result: RunResult | None = None
+
+    def fail(self, reason: str) -> None:
+        self.result = RunResult(False, reason=reason, messages=self.messages, tool_calls=self.calls)
+
+    def advance(self, reply: str | BackendError, turn: int, max_turns: int) -> None:
+        """Take the model's reply of this turn: run its tool call, accept its answer, or ask again."""
+        if isinstance(reply, BackendError):
+            return self.fail(f"backend error: {reply}")
+        self.ws.relabel(self.seed)  # tools and letters are this run's; other runs share the workspace
+        self.messages.append({"role": "assistant", "content": reply})
+        parsed = parse_assistant(reply)
+        if isinstance(parsed, ToolCall) and turn < max_turns:
+            self.calls += 1
+            self.messages.append(format_tool_result(parsed.name, run_tool(self.ws, parsed.name, parsed.arguments)))
+            return None
+        if isinstance(parsed, Answer):
+            problems = validate_answer(parsed, self.labels)
+            if not problems:
+                self.result = _mapped(self.ws, parsed, self.messages, self.calls)
+                return None
+            problem = "your answer is not valid: " + "; ".join(problems)
+        elif isinstance(parsed, ParseError):
+            problem = f"I could not read your reply: {parsed.message}"
+        else:
+            problem = "no more tool calls are allowed"
+        self.unusable += 1
+        if self.unusable >= MAX_UNUSABLE or turn == max_turns:
+            return self.fail(problem)
+        self.messages.append({
+            "role": "user",
+            "content": f"{problem[0].upper()}{problem[1:]}. Candidates: {', '.join(self.labels)}. "
+            "Reply with one <tool_call>{...}</tool_call> or the final <answer>{...}</answer>.",
+        })
+        return None
+
+
+def _mapped(ws: SharedWorkspace, ans: Answer, messages: list[dict[str, Any]], calls: int) -> RunResult:
+    r = ws.rollout_of
+    # Evidence may mention letters; they are only meaningful with the run's mapping, so name it.
+    evidence = {r(lab): [f"[as candidate {lab}] {s}" for s in ans.evidence.get(lab, [])] for lab in ans.ranking}
+    return RunResult(
+        True,
+        ranking=[r(lab) for lab in ans.ranking],
+        tiers={r(lab): ans.tiers[lab] for lab in ans.ranking},
+        evidence=evidence,
+        messages=messages,
+        tool_calls=calls,
+    )
+
+
 class LLMJudge:
     def __init__(
         self,
@@ -65,77 +128,51 @@ class LLMJudge:
         self.temperature = temperature
         self.name = f"llm:{getattr(backend, 'name', type(backend).__name__)}"
 
-    def _reply(self, messages: list[dict[str, Any]]) -> str:
-        return self.backend.chat(messages, max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+    def run_all(self, runs: list[_Run]) -> list[RunResult]:
+        """Advance every run by one turn per batched model call until each has a result."""
+        for turn in range(self.max_turns + 1):
+            active = [run for run in runs if run.result is None]
+            if not active:
+                break
+            if turn == self.max_turns:
+                for run in active:
+                    run.messages.append({"role": "user", "content": "Turn budget used up: give your final <answer> now."})
+            replies = chat_batch(self.backend, [run.messages for run in active],
+                                 max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+            for run, reply in zip(active, replies, strict=True):
+                run.advance(reply, turn, self.max_turns)
+        for run in runs:
+            if run.result is None:
+                run.fail("turn budget exhausted")
+        return [run.result for run in runs if run.result is not None]
 
     def run_once(self, ws: SharedWorkspace) -> RunResult:
-        """One tool-loop conversation over the workspace's current labels."""
-        labels = list(ws.labels)
-        messages = build_initial_messages(ws.group, ws, labels)
-        unusable = 0
-        calls = 0
-        for turn in range(self.max_turns + 1):
-            if turn == self.max_turns:
-                messages.append({"role": "user", "content": "Turn budget used up: give your final <answer> now."})
-            try:
-                text = self._reply(messages)
-            except BackendError as exc:
-                return RunResult(False, reason=f"backend error: {exc}", messages=messages, tool_calls=calls)
-            messages.append({"role": "assistant", "content": text})
-            parsed = parse_assistant(text)
-            if isinstance(parsed, ToolCall) and turn < self.max_turns:
-                calls += 1
-                messages.append(format_tool_result(parsed.name, run_tool(ws, parsed.name, parsed.arguments)))
-                continue
-            if isinstance(parsed, Answer):
-                problems = validate_answer(parsed, labels)
-                if not problems:
-                    return self._mapped(ws, parsed, messages, calls)
-                problem = "your answer is not valid: " + "; ".join(problems)
-            elif isinstance(parsed, ParseError):
-                problem = f"I could not read your reply: {parsed.message}"
-            else:
-                problem = "no more tool calls are allowed"
-            unusable += 1
-            if unusable >= MAX_UNUSABLE or turn == self.max_turns:
-                return RunResult(False, reason=problem, messages=messages, tool_calls=calls)
-            messages.append({
-                "role": "user",
-                "content": f"{problem[0].upper()}{problem[1:]}. Candidates: {', '.join(labels)}. "
-                "Reply with one <tool_call>{...}</tool_call> or the final <answer>{...}</answer>.",
-            })
-        return RunResult(False, reason="turn budget exhausted", messages=messages, tool_calls=calls)
+        """One tool-loop conversation over the workspace's current letters."""
+        return self.run_all([_Run(ws, ws.seed)])[0]
 
-    @staticmethod
-    def _mapped(ws: SharedWorkspace, ans: Answer, messages: list[dict[str, Any]], calls: int) -> RunResult:
-        r = ws.rollout_of
-        # Evidence may mention letters; they are only meaningful with the run's mapping, so name it.
-        evidence = {
-            r(lab): [f"[as candidate {lab}] {s}" for s in ans.evidence.get(lab, [])] for lab in ans.ranking
-        }
-        return RunResult(
-            True,
-            ranking=[r(lab) for lab in ans.ranking],
-            tiers={r(lab): ans.tiers[lab] for lab in ans.ranking},
-            evidence=evidence,
-            messages=messages,
-            tool_calls=calls,
-        )
-
-    def grade_workspace(self, ws: SharedWorkspace, *, permutations: int = 1, seed: int = 0) -> Grading:
+    def grade_workspaces(
+        self, workspaces: list[SharedWorkspace], *, permutations: int = 1, seed: int = 0
+    ) -> list[Grading]:
+        """Grade many open workspaces together: all their permutations advance in the same batches."""
         if permutations < 1:
             raise ValueError("permutations must be at least 1")
+        judged = [ws for ws in workspaces if len(ws.labels) >= 2]
+        runs = {id(ws): [_Run(ws, seed + k) for k in range(permutations)] for ws in judged}
+        self.run_all([run for rs in runs.values() for run in rs])
+        out = []
+        for ws in workspaces:
+            if id(ws) not in runs:
+                # Nothing to compare: the heuristic's verdict (one candidate, or unstageable ones) is exact.
+                g = rank_workspace(ws)
+                g.judge = self.name
+                g.notes.append("fewer than two stageable candidates: no model call needed")
+            else:
+                g = self._combine(ws, [run.result for run in runs[id(ws)] if run.result is not None], permutations)
+            out.append(g)
+        return out
+
+    def _combine(self, ws: SharedWorkspace, runs: list[RunResult], permutations: int) -> Grading:
         iid = ws.group.instance_id
-        if len(ws.labels) < 2:
-            # Nothing to compare: the heuristic's verdict (one candidate, or unstageable ones) is exact.
-            g = rank_workspace(ws)
-            g.judge = self.name
-            g.notes.append("fewer than two stageable candidates: no model call needed")
-            return g
-        runs: list[RunResult] = []
-        for k in range(permutations):
-            ws.relabel(seed + k)
-            runs.append(self.run_once(ws))
         good = [run for run in runs if run.ok]
         failed_notes = [f"permutation {i}: {run.reason}" for i, run in enumerate(runs) if not run.ok]
         if not good:
@@ -163,6 +200,9 @@ class LLMJudge:
             agreement=agreement([run.ranking for run in good]) if permutations > 1 else None,
             notes=failed_notes,
         )
+
+    def grade_workspace(self, ws: SharedWorkspace, *, permutations: int = 1, seed: int = 0) -> Grading:
+        return self.grade_workspaces([ws], permutations=permutations, seed=seed)[0]
 
     def grade(self, group: Group, repos_dir: str | Path, *, permutations: int = 1, seed: int = 0) -> Grading:
         with SharedWorkspace(group, repos_dir, seed=seed) as ws:

@@ -101,7 +101,10 @@ def test_vllm_backend_explains_the_missing_extra(tmp_path):
     else:
         pytest.skip("vLLM is installed here")
     from trainer.config import TrainConfig
-    from trainer.rollout.vllm_engine import VLLMBackend
+    from trainer.rollout import make_backend
 
-    with pytest.raises(RuntimeError, match="gagar\\[vllm\\]"):
-        VLLMBackend(TrainConfig(), None, str(tmp_path))
+    cfg = TrainConfig()
+    cfg.rollout.backend = "vllm"
+    cfg.lora.enabled = True
+    with pytest.raises(ImportError, match="gagar\\[vllm\\]"):
+        make_backend(cfg, None, None, str(tmp_path))

@@ -251,17 +251,10 @@ class Trainer:
 
     def _judge_backend(self) -> Any:
         if getattr(self, "_jb", None) is None:
-            from grader import backends
+            from grader.backends import make_backend
 
             gr = self.cfg.grader
-            if gr.backend == "openai":
-                self._jb = backends.OpenAIBackend(gr.base_url, gr.model)
-            elif gr.backend == "vllm":
-                from grader.backends_vllm import VLLMBackend
-
-                self._jb = VLLMBackend(gr.model, adapter=gr.adapter or None)
-            else:
-                self._jb = backends.TransformersBackend(gr.model, adapter=gr.adapter or None)
+            self._jb = make_backend(gr.backend, gr.model, adapter=gr.adapter or None, base_url=gr.base_url or None)
         return self._jb
 
     # ── advantages ─────────────────────────────────────────────────────────────────────────────────────

@@ -1,47 +1,24 @@
-"""The backend protocol and the factory."""
+"""The policy's rollout backend, chosen by `rollout.backend` (the classes live in `inference`, shared with the judge)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from inference.base import RolloutBackend, Sample
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
 
-
-@dataclass
-class Sample:
-    token_ids: list[int]  # the completion only, as sampled (eos included when the model emitted it)
-    text: str
-    finish_reason: str  # "stop" (eos or a stop string) | "length"
-
-
-class RolloutBackend(Protocol):
-    name: str
-
-    def generate(
-        self,
-        prompts: list[list[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        stop: list[str] | None = None,
-    ) -> list[Sample]:
-        """One completion per prompt (callers repeat a prompt n times for a group)."""
-        ...
-
-    def sync_weights(self, model: Any, step: int) -> None:
-        """Make the engine sample from `model`'s current weights (no-op when it shares them)."""
-        ...
+__all__ = ["RolloutBackend", "Sample", "make_backend"]
 
 
 def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str) -> RolloutBackend:
+    """Map the train config onto `inference`: transformers samples from the training model itself."""
     backend = cfg.rollout.backend
     if backend == "transformers":
-        from trainer.rollout.hf import TransformersBackend
+        from inference.hf import TransformersBackend
 
-        return TransformersBackend(model, tokenizer)
+        return TransformersBackend(model, tokenizer=tokenizer)
     if backend == "openai":
         from trainer.rollout.openai_server import OpenAIServerBackend
 
@@ -50,7 +27,10 @@ def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str) ->
             lora=cfg.lora.enabled,
         )
     if backend == "vllm":
-        from trainer.rollout.vllm_engine import VLLMBackend
+        if not cfg.lora.enabled:
+            raise RuntimeError("rollout.backend=vllm pushes LoRA adapters only; set lora.enabled: true")
+        from inference.vllm import VLLMBackend
 
-        return VLLMBackend(cfg, tokenizer, work_dir)
+        return VLLMBackend.for_policy(cfg.model.name_or_path, lora_rank=cfg.lora.r, dtype=cfg.model.dtype,
+                                      seed=cfg.seed, tokenizer=tokenizer, work_dir=work_dir)
     raise ValueError(f"unknown rollout backend {backend!r}")

@@ -1,0 +1,107 @@
+"""The backend protocols, the sample record and the one factory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+Messages = list[dict[str, Any]]
+
+
+class BackendError(RuntimeError):
+    """The model could not produce a reply (server down, context overflow, ...); the judge falls back."""
+
+
+@dataclass
+class Sample:
+    token_ids: list[int]  # the completion only, as sampled (eos included when the model emitted it)
+    text: str
+    finish_reason: str  # "stop" (eos or a stop string) | "length"
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    name: str
+
+    def chat(self, messages: Messages, *, max_new_tokens: int = 512, temperature: float = 0.0) -> str:
+        ...
+
+
+class RolloutBackend(Protocol):
+    name: str
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+    ) -> list[Sample]:
+        """One completion per prompt (callers repeat a prompt n times for a group)."""
+        ...
+
+    def sync_weights(self, model: Any, step: int) -> None:
+        """Make the engine sample from `model`'s current weights (no-op when it shares them)."""
+        ...
+
+
+def chat_batch(
+    backend: ChatBackend, conversations: Sequence[Messages], *, max_new_tokens: int = 512, temperature: float = 0.0
+) -> list[str | BackendError]:
+    """Replies to many conversations: one batch where the backend batches, else one call each.
+
+    A `BackendError` comes back in the place of the conversation it concerns, so one over-long conversation
+    does not cost the others their replies.
+    """
+    batched = getattr(backend, "chat_batch", None)
+    if callable(batched):
+        return list(batched(list(conversations), max_new_tokens=max_new_tokens, temperature=temperature))
+    out: list[str | BackendError] = []
+    for msgs in conversations:
+        try:
+            out.append(backend.chat(msgs, max_new_tokens=max_new_tokens, temperature=temperature))
+        except BackendError as exc:
+            out.append(exc)
+    return out
+
+
+def make_backend(
+    kind: str,
+    model: Any,
+    *,
+    adapter: str | None = None,
+    base_url: str | None = None,
+    tokenizer: Any = None,
+    work_dir: str | None = None,
+    **engine: Any,
+) -> Any:
+    """Build a backend; raises ValueError with an actionable message.
+
+    `model` is a path or hub id (the judge), or an already loaded model with its `tokenizer` (the policy's
+    transformers backend samples from the training model itself). `openai` here is the chat client; the
+    policy's token-id completions client is `trainer.rollout.openai_server` (it hot-loads LoRA adapters).
+    """
+    if kind == "transformers":
+        if model is None or model == "":
+            raise ValueError("--backend transformers needs --model PATH_OR_ID")
+        from inference.hf import TransformersBackend
+
+        return TransformersBackend(model, adapter, tokenizer=tokenizer, **engine)
+    if kind == "openai":
+        if not base_url or not model:
+            raise ValueError("--backend openai needs --base-url URL and --model NAME (the server's model name)")
+        if adapter:
+            raise ValueError("--adapter is not used with --backend openai: serve the adapter (vllm --lora-modules)")
+        from inference.openai import OpenAIBackend
+
+        return OpenAIBackend(base_url, str(model), **engine)
+    if kind == "vllm":
+        if not model:
+            raise ValueError("--backend vllm needs --model PATH_OR_ID")
+        from inference.vllm import VLLMBackend
+
+        return VLLMBackend(str(model), adapter, tokenizer=tokenizer, work_dir=work_dir, **engine)
+    raise ValueError(f"unknown backend {kind!r}; choose transformers, openai or vllm")

@@ -1,0 +1,189 @@
+"""transformers in-process: the judge's chat model (path + optional PEFT adapter) and the policy's sampler.
+
+One class for both. Given a path it loads the model (and adapter) for inference; given an already loaded model
+(the policy being trained) it samples from that very object, so no weight push is ever needed. Batches are
+left-padded so every row's completion starts at the same column; the judge's conversations of one turn and the
+policy's n rollouts of a step each go through `generate` as one batch (chunks of `batch_size`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from inference.base import BackendError, Messages, Sample
+
+
+class TransformersBackend:
+    """A causal LM; `model` is a path, a hub id, or an already loaded model (then pass its `tokenizer`)."""
+
+    def __init__(
+        self,
+        model: Any,
+        adapter: str | None = None,
+        *,
+        tokenizer: Any = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        batch_size: int = 16,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        loaded_here = isinstance(model, (str, os.PathLike))
+        if loaded_here:
+            self.name = os.path.basename(str(model).rstrip("/")) or str(model)
+            kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)} if dtype else {}
+            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
+            self.model = AutoModelForCausalLM.from_pretrained(str(model), **kwargs)
+        else:
+            if tokenizer is None:
+                raise ValueError("pass the tokenizer along with an already loaded model")
+            self.name = getattr(getattr(model, "config", None), "_name_or_path", "") or "model"
+            self.model, self.tokenizer = model, tokenizer
+        if adapter:
+            from peft import PeftModel
+
+            self.model = PeftModel.from_pretrained(self.model, str(adapter))
+            self.name += "+" + os.path.basename(str(adapter).rstrip("/"))
+        if loaded_here or device:
+            # A model loaded here is ours to place; the policy's model stays where the trainer put it.
+            self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            self.model.eval()
+        self.batch_size = max(1, batch_size)
+        gen_cfg = getattr(self.model, "generation_config", None)
+        eos = getattr(gen_cfg, "eos_token_id", None)
+        eos = eos if eos is not None else self.tokenizer.eos_token_id
+        self.eos_ids = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
+        cfg = getattr(self.model, "config", None)
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0)
+        self._lock = threading.Lock()  # one generate at a time: `gagar serve` is threaded
+
+    # ── tokens (the policy) ──────────────────────────────────────────────────────────────────────────────
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+    ) -> list[Sample]:
+        """One completion per prompt; prompts are batched by similar length (less padding), order kept."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Sample | None] = [None] * len(prompts)
+        for i in range(0, len(order), self.batch_size):
+            rows = order[i : i + self.batch_size]
+            got = self._batch([prompts[r] for r in rows], max_new_tokens, temperature, top_p, stop)
+            for r, s in zip(rows, got, strict=True):
+                out[r] = s
+        return [s for s in out if s is not None]
+
+    def _batch(
+        self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float, stop: list[str] | None
+    ) -> list[Sample]:
+        import torch
+
+        model = self.model
+        device = next(model.parameters()).device
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, p in enumerate(prompts):
+            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[r, width - len(p) :] = 1
+        kwargs: dict[str, Any] = {
+            "input_ids": ids.to(device),
+            "attention_mask": mask.to(device),
+            "max_new_tokens": max_new_tokens,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": sorted(self.eos_ids),
+        }
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+        else:
+            kwargs.update(do_sample=False)
+        if stop:
+            kwargs.update(stop_strings=stop, tokenizer=self.tokenizer)
+        with self._lock, torch.no_grad():
+            was_training = model.training
+            model.eval()
+            try:
+                gen = model.generate(**kwargs)
+            finally:
+                model.train(was_training)
+        return [self._sample(row, stop) for row in gen[:, width:].tolist()]
+
+    def _sample(self, row: list[int], stop: list[str] | None) -> Sample:
+        toks: list[int] = []
+        finish = "length"
+        for t in row:
+            toks.append(t)
+            if t in self.eos_ids:
+                finish = "stop"
+                break
+        # Rows that finished early (stop string, or another row still running) are padded; drop the padding.
+        while toks and toks[-1] == self.pad_id and self.pad_id not in self.eos_ids:
+            toks.pop()
+            finish = "stop"
+        text = self.tokenizer.decode(toks, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        if finish == "length" and stop and any(text.rstrip().endswith(s) for s in stop):
+            finish = "stop"
+        return Sample(token_ids=toks, text=text, finish_reason=finish)
+
+    def sync_weights(self, model: Any, step: int) -> None:
+        self.model = model  # same object as the trainer's: nothing to copy
+
+    # ── chat (the judge, `gagar serve`) ─────────────────────────────────────────────────────────────────
+    def _encode(self, messages: Messages) -> list[int]:
+        try:
+            enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)
+        except Exception as exc:  # templates raise on roles or shapes they do not support
+            raise BackendError(f"the chat template rejected the conversation: {exc}") from exc
+        return list(enc["input_ids"])
+
+    def chat_batch(
+        self, conversations: list[Messages], *, max_new_tokens: int = 512, temperature: float = 0.0
+    ) -> list[str | BackendError]:
+        """Replies to many conversations in left-padded batches; errors stay with their conversation."""
+        return [r if isinstance(r, BackendError) else r[0] for r in self._chat(conversations, max_new_tokens,
+                                                                                  temperature)]
+
+    def _chat(
+        self, conversations: list[Messages], max_new_tokens: int, temperature: float
+    ) -> list[tuple[str, int, int] | BackendError]:
+        out: list[tuple[str, int, int] | BackendError] = []
+        todo: list[tuple[int, list[int]]] = []
+        new_tokens = max_new_tokens
+        for i, msgs in enumerate(conversations):
+            try:
+                ids = self._encode(msgs)
+                if self.max_positions and len(ids) + 16 > self.max_positions:
+                    raise BackendError(f"conversation of {len(ids)} tokens exceeds the model's {self.max_positions}")
+            except BackendError as exc:
+                out.append(exc)
+                continue
+            out.append(BackendError("not generated"))
+            todo.append((i, ids))
+            if self.max_positions:
+                new_tokens = min(new_tokens, self.max_positions - len(ids))
+        if todo:
+            samples = self.generate([ids for _, ids in todo], max_new_tokens=new_tokens, temperature=temperature)
+            for (i, ids), s in zip(todo, samples, strict=True):
+                out[i] = (s.text, len(ids), len(s.token_ids))
+        return out
+
+    def chat(self, messages: Messages, *, max_new_tokens: int = 512, temperature: float = 0.0) -> str:
+        return self.chat_with_usage(messages, max_new_tokens=max_new_tokens, temperature=temperature)[0]
+
+    def chat_with_usage(
+        self, messages: Messages, *, max_new_tokens: int = 512, temperature: float = 0.0
+    ) -> tuple[str, int, int]:
+        """Reply text plus (prompt tokens, completion tokens), for servers that report usage."""
+        [res] = self._chat([messages], max_new_tokens, temperature)
+        if isinstance(res, BackendError):
+            raise res
+        return res

@@ -1,0 +1,107 @@
+"""vLLM in-process (the `vllm` extra, CUDA only): the judge's chat engine and the policy's sampler.
+
+The only module that imports vllm, and lazily. A LoRA adapter is passed per request (`LoRARequest`): the judge's
+trained adapter, or the policy's adapter saved after each update — a fresh id per update, because vLLM caches
+adapters by id and reusing one would keep sampling stale weights. Full-weight policy training is not pushed
+into an in-process engine: use LoRA, or the openai backend with a server restarted from checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from inference.base import BackendError, Messages, Sample
+
+_MISSING = (
+    "the vllm backend needs vLLM (CUDA only): install it in its own environment with "
+    "`pip install 'gagar[vllm]'`, or run `vllm serve` and use the openai backend"
+)
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str,
+        adapter: str | None = None,
+        *,
+        tokenizer: Any = None,
+        work_dir: str | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise ImportError(_MISSING) from exc
+        if adapter:
+            engine_kwargs.setdefault("enable_lora", True)
+        self.llm = LLM(model=model, **engine_kwargs)
+        self.tokenizer = tokenizer
+        self.work_dir = Path(work_dir) if work_dir else None
+        self.lora_request = None
+        if adapter:
+            from vllm.lora.request import LoRARequest
+
+            self.lora_request = LoRARequest("judge", 1, str(adapter))
+        self.name = os.path.basename(model.rstrip("/")) + (
+            f"+{os.path.basename(str(adapter).rstrip('/'))}" if adapter else ""
+        )
+
+    @classmethod
+    def for_policy(cls, model: str, *, lora_rank: int, dtype: str, seed: int, tokenizer: Any, work_dir: str,
+                   gpu_memory_utilization: float = 0.4) -> VLLMBackend:
+        """The policy's sampler: LoRA enabled (adapters arrive through `sync_weights`), sharing the GPU."""
+        return cls(model, tokenizer=tokenizer, work_dir=work_dir, enable_lora=True, max_lora_rank=max(8, lora_rank),
+                   gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, seed=seed)
+
+    # ── tokens (the policy) ──────────────────────────────────────────────────────────────────────────────
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
+                 stop: list[str] | None = None) -> list[Sample]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stop=stop or None,
+                                include_stop_str_in_output=True)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                 lora_request=self.lora_request, use_tqdm=False)
+        samples = []
+        for o in outs:
+            c = o.outputs[0]
+            samples.append(Sample(token_ids=list(c.token_ids), text=c.text,
+                                  finish_reason="length" if c.finish_reason == "length" else "stop"))
+        return samples
+
+    def sync_weights(self, model: Any, step: int) -> None:
+        from vllm.lora.request import LoRARequest
+
+        if self.work_dir is None:
+            raise RuntimeError("sync_weights needs the backend's work_dir (where adapters are saved)")
+        path = (self.work_dir / "served_adapters" / f"step_{step:06d}").resolve()
+        model.save_pretrained(str(path))
+        self.lora_request = LoRARequest(f"gagar-step-{step}", step + 1, str(path))
+
+    # ── chat (the judge) ────────────────────────────────────────────────────────────────────────────────
+    def chat_batch(
+        self, conversations: list[Messages], *, max_new_tokens: int = 512, temperature: float = 0.0
+    ) -> list[str | BackendError]:
+        """All conversations in one `LLM.chat` call: vLLM schedules them as one continuous batch."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature)
+        try:
+            outputs = self.llm.chat(conversations, params, lora_request=self.lora_request, use_tqdm=False)
+        except ValueError as exc:  # e.g. a prompt longer than the model's context
+            if len(conversations) == 1:
+                return [BackendError(str(exc))]
+            return [r for c in conversations for r in self.chat_batch([c], max_new_tokens=max_new_tokens,
+                                                                       temperature=temperature)]
+        return [o.outputs[0].text for o in outputs]
+
+    def chat(self, messages: Messages, *, max_new_tokens: int = 512, temperature: float = 0.0) -> str:
+        [res] = self.chat_batch([messages], max_new_tokens=max_new_tokens, temperature=temperature)
+        if isinstance(res, BackendError):
+            raise res
+        return res
