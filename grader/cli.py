@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ def _run(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     fallbacks = 0
+    stats: Counter[str] = Counter()
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[current]}"), disable=args.no_progress, transient=False,
@@ -97,8 +99,12 @@ def _run(
         grade_groups(
             groups, args.repos_dir, judge=args.judge, backend=backend, permutations=args.permutations,
             seed=args.seed, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
-            batch_groups=args.batch_groups, on_result=done,
+            batch_groups=args.batch_groups, on_result=done, stats=stats,
         )
+    if stats["replies"]:
+        usable = stats["replies"] - stats["unusable_replies"]
+        print(f"judge replies: {stats['replies']}, usable {usable} (parse rate {usable / stats['replies']:.3f}), "
+              f"tool calls {stats['tool_calls']}, model batches {stats['batches']}")
     return fallbacks
 
 

@@ -6,6 +6,7 @@ conversation (each group × each permutation) advances in the same model batch (
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from itertools import islice
@@ -22,10 +23,10 @@ JUDGES = ("heuristic", "llm")
 BATCH_GROUPS = 8
 
 
-def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int) -> LLMJudge:
+def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int, stats: Counter[str] | None) -> LLMJudge:
     if backend is None:
         raise ValueError("judge='llm' needs a backend (see grader.backends)")
-    return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens)
+    return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens, stats=stats)
 
 
 def grade_group(
@@ -57,11 +58,15 @@ def grade_groups(
     max_new_tokens: int = 512,
     batch_groups: int = BATCH_GROUPS,
     on_result: Callable[[Grading], None] | None = None,
+    stats: Counter[str] | None = None,
 ) -> list[Grading]:
-    """Grade every group, in order; `on_result` is called after each (the CLI saves and advances its bar)."""
+    """Grade every group, in order; `on_result` is called after each (the CLI saves and advances its bar).
+
+    `stats` (LLM judge) accumulates reply counts: `replies`, `unusable_replies`, `runs`, `failed_runs`, ...
+    """
     if judge not in JUDGES:
         raise ValueError(f"unknown judge {judge!r}; choose heuristic or llm")
-    llm = _llm(backend, max_turns, max_new_tokens) if judge == "llm" else None
+    llm = _llm(backend, max_turns, max_new_tokens, stats) if judge == "llm" else None
     it = iter(groups)
     out: list[Grading] = []
     while chunk := list(islice(it, max(1, batch_groups) if llm else 1)):

@@ -15,6 +15,7 @@ Weights: `trainer.advantage.weights_from_tiers` when the engine is loaded, else 
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from grader.features import CandidateFeatures, group_features
@@ -133,16 +134,19 @@ def rank_features(
     return apply_hacks(grading, hacks)
 
 
-def rank_workspace(ws: SharedWorkspace) -> Grading:
-    """Rank inside an open workspace (references are searched in each candidate's patched tree); candidates
-    with hack findings (`grader.hacks`) are ranked last."""
+def workspace_features(ws: SharedWorkspace, exclude: Collection[str] = ()) -> dict[str, CandidateFeatures]:
+    """Features of the staged candidates but `exclude` (references are searched in each patched tree)."""
     trees = {ws.rollout_of(lab): ws.worktree(lab) for lab in ws.labels}
-    hacks = workspace_hacks(ws)
     g = ws.group
     staged = Group(g.instance_id, g.repo, g.base_commit, g.problem_statement,
-                   [c for c in g.candidates if c.rollout_id not in ws.failed and c.rollout_id not in hacks])
-    feats = group_features(staged, trees)
-    return rank_features(ws.group.instance_id, feats, ws.failed, hacks)
+                   [c for c in g.candidates if c.rollout_id not in ws.failed and c.rollout_id not in exclude])
+    return group_features(staged, trees)
+
+
+def rank_workspace(ws: SharedWorkspace) -> Grading:
+    """Rank inside an open workspace; candidates with hack findings (`grader.hacks`) are ranked last."""
+    hacks = workspace_hacks(ws)
+    return rank_features(ws.group.instance_id, workspace_features(ws, exclude=hacks), ws.failed, hacks)
 
 
 def rank_group(group: Group, repos_dir: str | Path) -> Grading:

@@ -12,6 +12,7 @@ run succeeds the heuristic ranking is returned with `fallback: true`, so the tra
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ class _Run:
         self.messages = build_initial_messages(ws.group, ws, self.labels)
         self.unusable = 0
         self.calls = 0
+        self.retries = 0  # replies that were neither a usable tool call nor a valid answer
+        self.replies = 0
         self.result: RunResult | None = None
 
     def fail(self, reason: str) -> None:
@@ -69,6 +72,7 @@ class _Run:
         """Take the model's reply of this turn: run its tool call, accept its answer, or ask again."""
         if isinstance(reply, BackendError):
             return self.fail(f"backend error: {reply}")
+        self.replies += 1
         self.ws.relabel(self.seed)  # tools and letters are this run's; other runs share the workspace
         self.messages.append({"role": "assistant", "content": reply})
         parsed = parse_assistant(reply)
@@ -87,6 +91,7 @@ class _Run:
         else:
             problem = "no more tool calls are allowed"
         self.unusable += 1
+        self.retries += 1
         if self.unusable >= MAX_UNUSABLE or turn == max_turns:
             return self.fail(problem)
         self.messages.append({
@@ -119,6 +124,7 @@ class LLMJudge:
         max_turns: int = 12,
         max_new_tokens: int = 512,
         temperature: float = 0.0,
+        stats: Counter[str] | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -127,6 +133,8 @@ class LLMJudge:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.name = f"llm:{getattr(backend, 'name', type(backend).__name__)}"
+        # Counts over every run: replies, unusable replies, runs, failed runs, model batches (parse rate, speed).
+        self.stats: Counter[str] = stats if stats is not None else Counter()
 
     def run_all(self, runs: list[_Run]) -> list[RunResult]:
         """Advance every run by one turn per batched model call until each has a result."""
@@ -139,11 +147,14 @@ class LLMJudge:
                     run.messages.append({"role": "user", "content": "Turn budget used up: give your final <answer> now."})
             replies = chat_batch(self.backend, [run.messages for run in active],
                                  max_new_tokens=self.max_new_tokens, temperature=self.temperature)
+            self.stats["batches"] += 1
             for run, reply in zip(active, replies, strict=True):
                 run.advance(reply, turn, self.max_turns)
         for run in runs:
             if run.result is None:
                 run.fail("turn budget exhausted")
+            self.stats.update(runs=1, failed_runs=int(not run.result.ok), replies=run.replies,
+                              unusable_replies=run.retries, tool_calls=run.calls)
         return [run.result for run in runs if run.result is not None]
 
     def run_once(self, ws: SharedWorkspace) -> RunResult:

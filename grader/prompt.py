@@ -18,6 +18,7 @@ from grader.tools import TOOL_SPECS, run_tool
 from grader.workspace import SharedWorkspace
 
 MAX_PROBLEM_CHARS = 4000
+MAX_FINDINGS = 6
 TIERS = (1, 2, 3)
 
 
@@ -82,9 +83,31 @@ def build_initial_messages(group: Group, workspace: SharedWorkspace, labels: lis
     user = (
         f"Repository: {group.repo}\n\nProblem statement:\n<problem>\n{problem}\n</problem>\n\n"
         f"Candidates (all pass the tests): {', '.join(labels)}\n{summary}\n\n"
+        f"{findings_view(workspace, labels)}\n\n"
         "Inspect them with tools, then give your answer."
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def candidate_findings(workspace: SharedWorkspace, labels: list[str]) -> dict[str, list[str]]:
+    """Each candidate's static findings (`file:line: what`), in file and line order, at most MAX_FINDINGS."""
+    from grader.heuristic import workspace_features
+
+    feats = workspace_features(workspace)
+    out = {}
+    for lab in labels:
+        f = feats.get(workspace.rollout_of(lab))
+        found = sorted(f.findings, key=lambda x: (x.file, x.line, x.kind)) if f else []
+        out[lab] = [x.cite() for x in found[:MAX_FINDINGS]]
+    return out
+
+
+def findings_view(workspace: SharedWorkspace, labels: list[str]) -> str:
+    """The static analysis of every diff, as evidence to weigh and cite (it names no ranking and no score)."""
+    lines = ["Static findings (from each diff's structure; weigh them, cite them, verify with tools):"]
+    for lab, cites in candidate_findings(workspace, labels).items():
+        lines.append(f"{lab}: " + ("; ".join(cites) if cites else "none"))
+    return "\n".join(lines)
 
 
 def format_tool_call(name: str, args: dict[str, Any]) -> str:

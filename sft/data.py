@@ -20,12 +20,13 @@ import json
 import random
 import sys
 from collections import defaultdict
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 from grader.records import Candidate, Group, InputError, write_jsonl_atomic
 from sft.degrade import KINDS, DegradeError, Variant, build_variants
-from sft.records import RecordError, build_record, tiers_from_defects
+from sft.records import RecordError, build_records, tiers_from_defects
 
 
 def split_instances(ids: list[str], val_fraction: float, seed: int) -> tuple[set[str], set[str]]:
@@ -96,8 +97,9 @@ def synthetic_groups(
     verify: bool,
     verify_dir: Path | None,
     timeout: float,
+    subsets: bool = False,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Group specs: {group, source, order, tiers, evidence, kinds} per (instance, k)."""
+    """Group specs: {group, source, order, tiers, evidence, kinds} per (instance, k[, subset])."""
     notes: list[str] = []
     built: list[tuple[str, list[Variant]]] = []
     for iid, inst in instances.items():
@@ -117,29 +119,51 @@ def synthetic_groups(
         notes += vnotes
     specs = []
     count: dict[str, int] = defaultdict(int)
-    for iid, vs in built:
-        k = count[iid]
-        count[iid] += 1
+    for iid, all_vs in built:
         d = instances[iid].to_dict() if hasattr(instances[iid], "to_dict") else instances[iid]
-        group = Group(
-            f"{iid}#{k}",
-            d["repo"],
-            d["base_commit"],
-            d.get("problem_statement") or "",
-            [Candidate(v.rollout_id, v.patch) for v in vs],
-        )
-        order = [v.rollout_id for v in vs]
-        specs.append(
-            {
-                "group": group,
-                "source": iid,
-                "order": order,
-                "tiers": tiers_from_defects(order, {v.rollout_id: len(v.applied) for v in vs}),
-                "evidence": {v.rollout_id: list(v.evidence) for v in vs},
-                "kinds": {v.rollout_id: [a.kind for a in v.applied] for v in vs},
-            }
-        )
+        for vs in _subsets(all_vs) if subsets else [all_vs]:
+            k = count[iid]
+            count[iid] += 1
+            group = Group(
+                f"{iid}#{k}",
+                d["repo"],
+                d["base_commit"],
+                d.get("problem_statement") or "",
+                [Candidate(v.rollout_id, v.patch) for v in vs],
+                test_patch=d.get("test_patch") or "",
+                FAIL_TO_PASS=_test_ids(d.get("FAIL_TO_PASS")),
+            )
+            order = [v.rollout_id for v in vs]
+            specs.append(
+                {
+                    "group": group,
+                    "source": iid,
+                    "order": order,
+                    "tiers": tiers_from_defects(order, {v.rollout_id: len(v.applied) for v in vs}),
+                    "evidence": {v.rollout_id: list(v.evidence) for v in vs},
+                    "kinds": {v.rollout_id: [a.kind for a in v.applied] for v in vs},
+                }
+            )
     return specs, notes
+
+
+def _subsets(variants: list[Variant]) -> list[list[Variant]]:
+    """The whole set, then every sub-set of two or more in quality order: more groups of known order
+    (a judge must also rank a group whose best candidate is not the gold patch)."""
+    n = len(variants)
+    out = [variants]
+    for size in range(n - 1, 1, -1):
+        out += [[variants[i] for i in idx] for idx in combinations(range(n), size)]
+    return out
+
+
+def _test_ids(raw: Any) -> list[str]:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return []
+    return [str(t) for t in raw] if isinstance(raw, list) else []
 
 
 def rollout_groups(
@@ -221,20 +245,27 @@ def write_dataset(
     seed: int,
     notes: list[str],
     meta: dict[str, Any],
+    shuffles: int = 1,
+    inspect: bool = True,
+    cite: str = "given",
 ) -> dict[str, Any]:
+    """Records (train: `shuffles` letter shuffles per group; val: one) and the group/label files, split by instance."""
     train_ids, val_ids = split_instances([s["source"] for s in specs], val_fraction, seed)
     rows: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
     groups: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
     labels: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
-    for i, s in enumerate(specs):
+    for s in specs:
         split = "val" if s["source"] in val_ids else "train"
+        k = shuffles if split == "train" else 1
         try:
-            rec = build_record(s["group"], repos_dir, s["order"], s["tiers"], s["evidence"], seed=seed + i)
+            recs = build_records(s["group"], repos_dir, s["order"], s["tiers"], s["evidence"],
+                                 seeds=[seed * 1000 + j for j in range(k)], inspect=inspect, cite=cite)
         except RecordError as exc:
             notes.append(str(exc))
             continue
-        rec.update(source_instance_id=s["source"], split=split, defects=s["kinds"])
-        rows[split].append(rec)
+        for rec in recs:
+            rec.update(source_instance_id=s["source"], split=split, defects=s["kinds"])
+        rows[split].extend(recs)
         groups[split].append(s["group"].to_dict())
         labels[split].append(
             {"instance_id": s["group"].instance_id, "order": s["order"], "tiers": s["tiers"]}
@@ -272,6 +303,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--groups-per-instance", type=int, default=2)
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated degradations to use")
     p.add_argument("--val-fraction", type=float, default=0.25)
+    p.add_argument("--shuffles", type=int, default=1, help="train records per group, each a new letter shuffle")
+    p.add_argument("--subsets", action="store_true", help="also every sub-group of 2+ candidates of each set")
+    p.add_argument("--inspect", choices=("diffs", "none"), default="diffs",
+                   help="expert turns before the answer: show_diff of every candidate, or none (answer from the summary)")
+    p.add_argument("--cite", choices=("given", "findings"), default="given",
+                   help="evidence: the known defects, or the static findings the prompt shows (citable by a small model)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-instances", type=int, help="use only the first N instances")
     p.add_argument(
@@ -292,9 +329,9 @@ def main(argv: list[str]) -> int:
     if bad or not kinds:
         print(f"{prog}: unknown --kinds {', '.join(bad)}; choose from {', '.join(KINDS)}", file=sys.stderr)
         return 2
-    if args.variants < 1 or args.groups_per_instance < 1 or not 0 <= args.val_fraction < 1:
+    if args.variants < 1 or args.groups_per_instance < 1 or args.shuffles < 1 or not 0 <= args.val_fraction < 1:
         print(
-            f"{prog}: --variants and --groups-per-instance must be >= 1, --val-fraction in [0, 1)",
+            f"{prog}: --variants, --groups-per-instance and --shuffles must be >= 1, --val-fraction in [0, 1)",
             file=sys.stderr,
         )
         return 2
@@ -339,6 +376,7 @@ def main(argv: list[str]) -> int:
                 verify=args.verify,
                 verify_dir=verify_dir,
                 timeout=args.timeout,
+                subsets=args.subsets,
             )
             meta = {"source": "synthetic", "kinds": kinds, "variants": args.variants, "verified": args.verify}
     except (InputError, OSError, ValueError) as exc:
@@ -355,7 +393,10 @@ def main(argv: list[str]) -> int:
         val_fraction=args.val_fraction,
         seed=args.seed,
         notes=notes,
-        meta=meta,
+        meta={**meta, "shuffles": args.shuffles, "subsets": args.subsets, "inspect": args.inspect, "cite": args.cite},
+        shuffles=args.shuffles,
+        inspect=args.inspect == "diffs",
+        cite=args.cite,
     )
     print(
         f"{prog}: {m['records']['train']} train / {m['records']['val']} val records "

@@ -15,13 +15,14 @@ from typing import Any
 from grader.prompt import (
     Answer,
     build_initial_messages,
+    candidate_findings,
     format_answer,
     format_tool_call,
     format_tool_result,
     validate_answer,
 )
 from grader.records import Group
-from grader.tools import run_tool
+from grader.tools import diffstat, run_tool
 from grader.workspace import SharedWorkspace
 
 _LETTER_PREFIX = re.compile(r"^\[as candidate [A-Z]+\]\s*")
@@ -51,35 +52,89 @@ def build_record(
     `tiers` and `evidence` are keyed by rollout id; the record holds them by letter, as the judge writes them.
     The returned dict has `messages` (what SFT trains on) plus the mapping needed to score a prediction.
     """
-    with SharedWorkspace(group, repos_dir, seed=seed) as ws:
+    return build_records(group, repos_dir, order, tiers, evidence, seeds=[seed], extra_calls=extra_calls)[0]
+
+
+def build_records(
+    group: Group,
+    repos_dir: str | Path,
+    order: list[str],
+    tiers: dict[str, int],
+    evidence: dict[str, list[str]],
+    *,
+    seeds: list[int],
+    inspect: bool = True,
+    cite: str = "given",
+    extra_calls: list[tuple[str, dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """One record per letter shuffle in `seeds`, all from one staged workspace.
+
+    `inspect=False` answers straight from the first user turn (summary + static findings): the short
+    conversation a small judge learns. `cite="findings"` makes the evidence of each candidate below tier 1
+    its first static finding as the prompt shows it (or its diffstat line when it has none), so every cited
+    string is one the model can see; `cite="given"` uses `evidence` (e.g. the known edits of a degradation).
+    """
+    if cite not in ("given", "findings"):
+        raise ValueError(f"cite must be 'given' or 'findings', got {cite!r}")
+    out = []
+    with SharedWorkspace(group, repos_dir, seed=seeds[0]) as ws:
         if ws.failed:
             rid, why = next(iter(ws.failed.items()))
             raise RecordError(f"{group.instance_id}: candidate {rid} could not be staged: {why}")
-        labels = list(ws.labels)
-        messages = build_initial_messages(group, ws, labels)
-        calls: list[tuple[str, dict[str, Any]]] = [("show_diff", {"candidate": lab}) for lab in labels]
-        calls += extra_calls or []
-        for name, args in calls:
-            messages.append({"role": "assistant", "content": format_tool_call(name, args)})
-            messages.append(format_tool_result(name, run_tool(ws, name, args)))
-        to_label = ws.rollout_to_label
-        ranking = [to_label[r] for r in order]
-        tiers_l = {to_label[r]: int(tiers[r]) for r in order}
-        ev_l = {to_label[r]: [_LETTER_PREFIX.sub("", s) for s in evidence.get(r, [])] for r in order}
-        problems = validate_answer(Answer(ranking, tiers_l, ev_l), labels)
-        if problems:
-            raise RecordError(
-                f"{group.instance_id}: label does not make a valid answer: {'; '.join(problems)}"
-            )
-        messages.append({"role": "assistant", "content": format_answer(ranking, tiers_l, ev_l)})
-        return {
-            "instance_id": group.instance_id,
-            "messages": messages,
-            "order": list(order),
-            "tiers": {r: int(tiers[r]) for r in order},
-            "label_to_rollout": dict(ws.label_to_rollout),
-            "workspace_seed": seed,
-        }
+        for seed in seeds:
+            ws.relabel(seed)
+            ev = _cited(ws, evidence, tiers) if cite == "findings" else evidence
+            out.append(_record(ws, order, tiers, ev, inspect, extra_calls or []))
+    return out
+
+
+def _cited(ws: SharedWorkspace, evidence: dict[str, list[str]], tiers: dict[str, int]) -> dict[str, list[str]]:
+    found = candidate_findings(ws, ws.labels)
+    out: dict[str, list[str]] = {}
+    for lab in ws.labels:
+        rid = ws.rollout_of(lab)
+        if tiers.get(rid, 1) == 1:
+            continue  # tier 1 needs no evidence: an answer cites only what is wrong
+        if found[lab]:
+            out[rid] = found[lab][:1]
+        else:
+            stats = diffstat(ws.candidate(lab).patch)
+            out[rid] = [f"{p}: +{a} -{r} lines" for p, a, r in stats[:1]] or list(evidence.get(rid, []))[:1]
+    return out
+
+
+def _record(
+    ws: SharedWorkspace,
+    order: list[str],
+    tiers: dict[str, int],
+    evidence: dict[str, list[str]],
+    inspect: bool,
+    extra_calls: list[tuple[str, dict[str, Any]]],
+) -> dict[str, Any]:
+    group = ws.group
+    labels = list(ws.labels)
+    messages = build_initial_messages(group, ws, labels)
+    calls: list[tuple[str, dict[str, Any]]] = [("show_diff", {"candidate": lab}) for lab in labels] if inspect else []
+    calls += extra_calls
+    for name, args in calls:
+        messages.append({"role": "assistant", "content": format_tool_call(name, args)})
+        messages.append(format_tool_result(name, run_tool(ws, name, args)))
+    to_label = ws.rollout_to_label
+    ranking = [to_label[r] for r in order]
+    tiers_l = {to_label[r]: int(tiers[r]) for r in order}
+    ev_l = {to_label[r]: [_LETTER_PREFIX.sub("", s) for s in evidence.get(r, [])] for r in order}
+    problems = validate_answer(Answer(ranking, tiers_l, ev_l), labels)
+    if problems:
+        raise RecordError(f"{group.instance_id}: label does not make a valid answer: {'; '.join(problems)}")
+    messages.append({"role": "assistant", "content": format_answer(ranking, tiers_l, ev_l)})
+    return {
+        "instance_id": group.instance_id,
+        "messages": messages,
+        "order": list(order),
+        "tiers": {r: int(tiers[r]) for r in order},
+        "label_to_rollout": dict(ws.label_to_rollout),
+        "workspace_seed": ws.seed,
+    }
 
 
 def prompt_until_answer(record: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 # Bump when the corpus, the template or the architecture changes, so cached dirs are rebuilt.
-_BUILD_VERSION = 1
+_BUILD_VERSION = 1  # the corpus/phrase knobs enter the key only when set, so v1 caches stay valid
 _MARKER = "gagar_tiny_model.json"
 
 IM_START, IM_END, EOT, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|pad|>"
@@ -223,8 +223,63 @@ def _corpus() -> list[str]:
     return texts + [_GO, _JAVA, _PROSE] * 6
 
 
-def _cache_key(seed: int, hidden_size: int, num_layers: int, vocab_size: int) -> dict:
-    return {
+def corpus_texts(path: str | os.PathLike) -> list[str]:
+    """The distinct lines of the messages of a chat-records JSONL (e.g. `gagar sft data`'s train.jsonl).
+
+    Each distinct line once: the merges then fit the *kind* of text a judge reads (diffs, findings, answers)
+    without memorising one instance's problem statement by repetition (it recurs in every group of that
+    instance), which would make held-out prompts tokenise longer than anything seen in training.
+    """
+    seen: dict[str, None] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            for m in rec.get("messages") or [] if isinstance(rec, dict) else []:
+                c = m.get("content") if isinstance(m, dict) else None
+                if isinstance(c, str):
+                    for ln in c.splitlines():
+                        seen.setdefault(ln, None)
+    return list(seen)
+
+
+def frequent_lines(path: str | os.PathLike, *, share: float = 0.3, min_chars: int = 24, limit: int = 256) -> list[str]:
+    """Lines that recur in at least `share` of the records (the system prompt, fixed headings), longest first.
+
+    They become single tokens: a small model then spends no compute re-reading boilerplate that is identical
+    in every conversation. A `share` well above one instance's portion keeps problem statements out.
+    """
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    records = 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            records += 1
+            msgs = rec.get("messages") if isinstance(rec, dict) else None
+            lines = {ln for m in msgs or [] if isinstance(m, dict) and isinstance(m.get("content"), str)
+                     for ln in m["content"].splitlines() if len(ln) >= min_chars}
+            counts.update(lines)
+    keep = [ln for ln, c in counts.items() if records and c >= share * records]
+    return sorted(keep, key=lambda ln: (-len(ln), ln))[:limit]
+
+
+def _file_digest(path: str | None) -> str | None:
+    if not path:
+        return None
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def _cache_key(seed: int, hidden_size: int, num_layers: int, vocab_size: int, **arch: object) -> dict:
+    key = {
         "version": _BUILD_VERSION,
         # The corpus includes standard-library sources, which differ between Python versions.
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
@@ -233,9 +288,11 @@ def _cache_key(seed: int, hidden_size: int, num_layers: int, vocab_size: int) ->
         "num_layers": num_layers,
         "vocab_size": vocab_size,
     }
+    key.update({k: v for k, v in arch.items() if v is not None})  # unset knobs keep old keys (and caches) valid
+    return key
 
 
-def _train_tokenizer(vocab_size: int):
+def _train_tokenizer(vocab_size: int, extra: list[str] | None = None, phrases: list[str] | None = None):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
@@ -260,7 +317,7 @@ def _train_tokenizer(vocab_size: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.train_from_iterator(_corpus() + list(extra or []), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=IM_END,
@@ -271,6 +328,10 @@ def _train_tokenizer(vocab_size: int):
         padding_side="right",
     )
     fast.add_special_tokens({"additional_special_tokens": [IM_START, EOT]})
+    if phrases:
+        from tokenizers import AddedToken
+
+        fast.add_tokens([AddedToken(p, normalized=False, special=False) for p in phrases])
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
@@ -279,19 +340,21 @@ def _build(target: Path, key: dict) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = _train_tokenizer(key["vocab_size"])
+    extra = corpus_texts(key["corpus"]) if key.get("corpus") else None
+    phrases = frequent_lines(key["corpus"]) if key.get("corpus") else None
+    tokenizer = _train_tokenizer(key["vocab_size"] - len(phrases or []), extra, phrases)
     if len(tokenizer) > key["vocab_size"]:
         raise ValueError(f"vocab_size={key['vocab_size']} is smaller than the tokenizer ({len(tokenizer)})")
     hidden = key["hidden_size"]
-    heads = max(1, hidden // 16)
+    heads = int(key.get("num_heads") or max(1, hidden // 16))
     config = Qwen2Config(
         vocab_size=key["vocab_size"],
         hidden_size=hidden,
-        intermediate_size=hidden * 2,
+        intermediate_size=int(key.get("intermediate_size") or hidden * 2),
         num_hidden_layers=key["num_layers"],
         num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 2),
-        max_position_embeddings=8192,
+        num_key_value_heads=int(key.get("num_kv_heads") or max(1, heads // 2)),
+        max_position_embeddings=int(key.get("max_positions") or 8192),
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
@@ -323,9 +386,16 @@ def build_tiny_model(
     hidden_size: int = 64,
     num_layers: int = 2,
     vocab_size: int = 4096,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    intermediate_size: int | None = None,
+    max_positions: int | None = None,
+    corpus: str | os.PathLike | None = None,
 ) -> Path:
     """Write (or reuse) a tiny random Qwen2 model + tokenizer at `out_dir` and return its path.
 
+    `corpus` (a chat-records JSONL) adds its distinct texts to the tokenizer's training text, so the merges fit
+    judge conversations; the other knobs shape a compact Qwen2 (e.g. the from-scratch judge of `make judge`).
     The directory is reused when it already holds a model built with the same arguments; it is built in a
     sibling temp dir and renamed into place, so an interrupted build never leaves a half-written model.
     A non-empty `out_dir` that is not a tiny model built here is refused rather than overwritten.
@@ -335,7 +405,12 @@ def build_tiny_model(
     if num_layers < 1 or vocab_size < 512:
         raise ValueError("num_layers must be >= 1 and vocab_size >= 512 (256 bytes + merges + specials)")
     target = Path(out_dir).resolve()
-    key = _cache_key(seed, hidden_size, num_layers, vocab_size)
+    if num_heads and hidden_size % num_heads:
+        raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_heads {num_heads}")
+    corpus_path = str(Path(corpus).resolve()) if corpus else None
+    key = _cache_key(seed, hidden_size, num_layers, vocab_size, num_heads=num_heads, num_kv_heads=num_kv_heads,
+                     intermediate_size=intermediate_size, max_positions=max_positions, corpus=corpus_path,
+                     corpus_sha256=_file_digest(corpus_path))
     marker = target / _MARKER
     if _matches(marker, key):
         return target

@@ -27,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "tiny_model": None,
     "data": {"train": None, "val": None},
     "output_dir": None,
-    "lora": {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"},
+    "lora": {"enabled": True, "r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"},
     "training": {
         "epochs": 2,
         "max_steps": -1,
@@ -47,9 +47,11 @@ DEFAULTS: dict[str, Any] = {
         "repeat": 1,
         "gradient_checkpointing": "auto",
         "bf16": "auto",
+        "sampling": "random",  # or group_by_length: batches of similar length waste less compute on padding
     },
     "eval": {"ranking": True, "max_groups": 32, "max_new_tokens": 512},
     "merge": False,
+    "export_dir": None,
     "resume_from_checkpoint": None,
 }
 
@@ -177,6 +179,31 @@ def _eval_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
+def _cpu_seconds() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _export(dest: str, src: Path) -> str:
+    """Copy the final model (full weights, or merged) to `dest`, replacing it whole: a reader never sees a mix."""
+    import shutil
+
+    target = Path(dest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("training_args.bin", "checkpoint-*"))
+    old = target.with_name(f".{target.name}.old")
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return str(target)
+
+
 def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str, Any]:
     """Run one SFT job from a loaded config; returns a summary (also written to OUTPUT/sft_summary.json)."""
     import torch
@@ -187,6 +214,7 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
     from trl import SFTConfig
 
     t, lo, ev = cfg["training"], cfg["lora"], cfg["eval"]
+    cpu0, load0 = _cpu_seconds(), os.getloadavg()
     out = Path(cfg["output_dir"])
     model_path = _resolve_model(cfg)
     gpu = torch.cuda.is_available()
@@ -208,13 +236,15 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
     val_ds = Dataset.from_list([{"messages": r["messages"]} for r in val_rows]) if val_rows else None
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if bf16 else torch.float32)
     targets = lo["target_modules"]
+    # LoRA adapts what a pretrained model already knows; a model built from scratch has nothing to adapt, so
+    # `lora.enabled: false` trains every weight (the from-scratch judge of `make judge`).
     lora = LoraConfig(
         r=int(lo["r"]),
         lora_alpha=int(lo["alpha"]),
         lora_dropout=float(lo["dropout"]),
         target_modules=targets if isinstance(targets, str) else list(targets),
         task_type="CAUSAL_LM",
-    )
+    ) if lo["enabled"] else None
     steps_per_epoch = math.ceil(
         len(train_ds) / (int(t["batch_size"]) * int(t["gradient_accumulation_steps"]))
     )
@@ -231,6 +261,7 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         lr_scheduler_type=str(t["lr_scheduler"]),
         max_length=int(t["max_length"]),
         packing=bool(t["packing"]),
+        train_sampling_strategy=str(t["sampling"]),
         assistant_only_loss=True,
         gradient_checkpointing=ckpt,
         activation_checkpointing=False,
@@ -263,20 +294,28 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         if not Path(resume).is_dir():
             raise ConfigError(f"resume_from_checkpoint: {resume} is not a checkpoint directory")
     result = trainer.train(resume_from_checkpoint=resume or None)
-    adapter_dir = out / "adapter"
+    adapter_dir = out / ("adapter" if lora else "model")
     trainer.save_model(str(adapter_dir))
     tokenizer.save_pretrained(str(adapter_dir))
     merged_dir = None
-    if cfg["merge"]:
+    if cfg["merge"] and lora:
         merged_dir = out / "merged"
         merged = trainer.model.merge_and_unload()
         merged.save_pretrained(str(merged_dir))
         tokenizer.save_pretrained(str(merged_dir))
+    exported = _export(cfg["export_dir"], merged_dir or adapter_dir) if cfg["export_dir"] else None
     history = trainer.state.log_history
     summary = {
         "base_model": model_path,
         "adapter": str(adapter_dir),
         "merged": str(merged_dir) if merged_dir else None,
+        "exported": exported,
+        "full_weights": lora is None,
+        "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 1),
+        # On a shared machine wall time says little: CPU time of this process and the load around it do.
+        "cpu_seconds": round(_cpu_seconds() - cpu0, 1),
+        "torch_threads": torch.get_num_threads(),
+        "load_average": {"start": [round(x, 2) for x in load0], "end": [round(x, 2) for x in os.getloadavg()]},
         "resumed_from": resume or None,
         "global_step": trainer.state.global_step,
         "train_loss": result.training_loss,
