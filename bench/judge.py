@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=str(ROOT / ".gagar/models/judge"))
     p.add_argument("--run-dir", type=Path, default=ROOT / ".gagar/judge/run", help="`gagar sft train` output")
     p.add_argument("--out", type=Path, default=ROOT / "bench/results/judge.json")
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=384)
     p.add_argument("--speed-groups", type=int, default=24, help="groups timed batched vs one at a time")
     args = p.parse_args(argv)
 

@@ -165,7 +165,8 @@ def test_turn_budget_ends_the_loop(tasks):
 
 
 def test_llm_judge_end_to_end_with_a_tiny_random_model(tasks, tmp_path_factory):
-    """A random model's reply is almost never a valid answer: the run must end in the heuristic fallback."""
+    """An untrained (random-weight) model's reply is almost never a valid answer: the run must end in the
+    heuristic fallback. A trained judge answers for itself: tests/test_sft_judge.py."""
     from grader.backends import TransformersBackend
     from sft.tiny import build_tiny_model
 

@@ -83,7 +83,7 @@ def test_openai_backend_and_judge_over_http(server, tmp_path_factory):
     tasks = bundled_tasks(tmp_path_factory.getbasetemp())
     groups = load_groups(tasks / "groups.jsonl")[:1]
     [res] = grade_groups(groups, tasks / "repos", judge="llm", backend=backend, max_turns=2, max_new_tokens=16)
-    assert res.judge == "llm:judge" and res.fallback  # a random model's reply is not a valid answer
+    assert res.judge == "llm:judge" and res.fallback  # an untrained random model's reply is not a valid answer
     assert sorted(res.ranking) == sorted(c.rollout_id for c in groups[0].candidates)
     with pytest.raises(BackendError, match="HTTP 404"):
         OpenAIBackend(server, "nope").chat([{"role": "user", "content": "x"}])

@@ -31,9 +31,9 @@ def _train(data: Path, base: Path) -> dict:
         "output_dir": str(base / "run"),
         "export_dir": str(base / "judge"),
         "lora": {"enabled": False},
-        "training": {"epochs": 1, "max_steps": 120, "learning_rate": 1e-2, "batch_size": 2,
+        "training": {"epochs": 1, "max_steps": 150, "learning_rate": 5e-3, "batch_size": 2,
                      "gradient_accumulation_steps": 1, "max_length": 2048, "warmup_ratio": 0.0,
-                     "lr_scheduler": "constant", "logging_steps": 10, "save_strategy": "no", "repeat": 200},
+                     "lr_scheduler": "cosine", "logging_steps": 10, "save_strategy": "no", "repeat": 200},
         "eval": {"ranking": False},
     }
     path = base / "overfit.yaml"

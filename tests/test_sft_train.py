@@ -146,7 +146,8 @@ def test_eval_prints_judge_and_heuristic(setup, capsys):
     assert "heuristic" in text and "judge" in text and "Kendall" in text
     rows = json.loads((setup["base"] / "eval.json").read_text())
     assert [r["ranker"].split()[0] for r in rows] == ["heuristic", "judge", "judge+fallback"]
-    # A random model cannot produce a usable answer: the parse rate says so instead of hiding it.
+    # An untrained random model cannot produce a usable answer: the parse rate says so instead of hiding it.
+    # (A trained judge's own answers are proven in tests/test_sft_judge.py.)
     assert rows[1]["parse_rate"] == 0.0 and rows[0]["instances"] == rows[1]["instances"] >= 1
 
 
