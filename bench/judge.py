@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from grader.backends import make_backend  # noqa: E402
 from grader.grade import grade_groups  # noqa: E402
 from grader.metrics import evaluate  # noqa: E402
-from grader.records import load_groups, read_jsonl  # noqa: E402
+from grader.records import load_groups, read_jsonl, write_jsonl_atomic  # noqa: E402
 from sandbox.report import atomic_write_text  # noqa: E402
 
 
@@ -69,16 +69,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", type=Path, default=ROOT / ".gagar/judge/run", help="`gagar sft train` output")
     p.add_argument("--out", type=Path, default=ROOT / "bench/results/judge.json")
     p.add_argument("--max-new-tokens", type=int, default=384)
-    p.add_argument("--speed-groups", type=int, default=24, help="groups timed batched vs one at a time")
+    p.add_argument("--every", type=int, default=2,
+                   help="grade every N-th held-out group (a spread over instances and subset sizes; 1 = all)")
+    p.add_argument("--speed-groups", type=int, default=16, help="groups timed batched vs one at a time")
     args = p.parse_args(argv)
 
-    groups = load_groups(args.data / "val_groups.jsonl")
+    all_groups = load_groups(args.data / "val_groups.jsonl")
+    groups = all_groups[:: max(1, args.every)]
     gold = {str(r["instance_id"]): [str(x) for x in r["order"]] for r in read_jsonl(args.data / "val_labels.jsonl")}
+    gold = {g.instance_id: gold[g.instance_id] for g in groups}
+    graded_file = args.run_dir / "heldout_groups.jsonl"
+    graded_file.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl_atomic(graded_file, [g.to_dict() for g in groups])
     manifest = json.loads((args.data / "manifest.json").read_text())
     report: dict = {
         "held_out_instances": manifest["instances"]["val"],
         "train_instances": manifest["instances"]["train"],
         "groups": len(groups),
+        "held_out_groups_total": len(all_groups),
+        "every": args.every,
         "train_records": manifest["records"]["train"],
         "cpus": os.cpu_count(),
     }
@@ -93,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     report["heuristic"] = {**_metrics(heur, gold), **t_h}
 
     # The learned judge as users run it: the CLI, batched (its default), on every held-out group.
-    (cli_rows, cli_out), t_cli = _timed(lambda: _cli(args.data / "val_groups.jsonl", args.repos_dir, args.model,
+    (cli_rows, cli_out), t_cli = _timed(lambda: _cli(graded_file, args.repos_dir, args.model,
                                                      args.run_dir / "heldout_gradings.jsonl", args.max_new_tokens))
     cli_rank = {r["instance_id"]: r["ranking"] for r in cli_rows}
     m = evaluate(cli_rank, gold)
