@@ -245,3 +245,21 @@ def test_two_evaluations_in_one_process_run_side_by_side(task: CalcTask, tmp_pat
     assert len(got) == 11 and all(s == "resolved" for _, s, _ in got), got
     assert leftover_containers("overlap") == []
     assert not [k for k, v in ctr._live.items() if v]  # no evaluation call left a container registered
+
+
+def test_an_id_longer_than_a_record_is_matched_by_its_prefix(tmp_path: Path) -> None:
+    """The plugin cuts ids over its atomic record size to 1000 characters; an honest pass must still match."""
+    from sandbox.integrity import _check_pytest
+
+    long = "tests/test_x.py::test_p[" + "a" * 5000 + "]"
+    inst = Instance.from_dict({"instance_id": "i", "repo": "a/b", "base_commit": "x", "FAIL_TO_PASS": [long],
+                               "PASS_TO_PASS": []})
+
+    def run(call: str) -> list[str]:
+        recs = [{"e": "start"}, *({"e": "test", "id": long[:1000], "when": w, "detail": "truncated",
+                                   "outcome": call if w == "call" else "passed"} for w in ("setup", "call", "teardown")),
+                {"e": "finish", "exit": 0}]
+        return _check_pytest(inst, ParsedTests({long: PASSED}, source="report"), tmp_path, _records(*recs))
+
+    assert run("passed") == []
+    assert "did not see" in " ".join(run("failed"))
