@@ -7,11 +7,12 @@ plain dicts so that JSONL files, the SFT data builder and the trainer share exac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.records import EvalResult, Instance
 from sandbox.report import atomic_write_text
 
 
@@ -99,6 +100,28 @@ class Group:
             FAIL_TO_PASS=[str(t) for t in f2p],
         )
 
+    @classmethod
+    def from_results(
+        cls,
+        instance: Instance,
+        results: Iterable[EvalResult],
+        patches: Mapping[str, str],
+        *,
+        trajectories: Mapping[str, Any] | None = None,
+        grading: Grading | None = None,
+    ) -> Group:
+        """THE sandbox -> grader conversion (trainer, verl reward, SFT data): the passing rollouts of one
+        instance (`EvalResult.passed`: hacks and forged reports never reach the judge), in the results' order,
+        with the task's test patch and FAIL_TO_PASS so that special-casing of test inputs can be recognised.
+        `patches` and `trajectories` are keyed by rollout id; a rollout without a patch is not a candidate.
+        With `grading`, the hacks it found are left out too (see `passes`)."""
+        cands = [Candidate(r.rollout_id, patches[r.rollout_id],
+                           trajectory=(trajectories or {}).get(r.rollout_id) or None)
+                 for r in results if r.instance_id == instance.instance_id and passes(r, grading) and r.rollout_id in patches]
+        return cls(instance_id=instance.instance_id, repo=instance.repo, base_commit=instance.base_commit,
+                   problem_statement=instance.problem_statement, candidates=cands,
+                   test_patch=instance.test_patch, FAIL_TO_PASS=list(instance.FAIL_TO_PASS))
+
     @property
     def repo_dirname(self) -> str:
         return self.repo.replace("/", "__")
@@ -169,6 +192,12 @@ class Grading:
             notes=list(d.get("notes") or []),
             hacks={str(k): str(v) for k, v in (d.get("hacks") or {}).items()},
         )
+
+
+def passes(result: EvalResult, grading: Grading | None = None) -> bool:
+    """A rollout passes when the sandbox says so (`EvalResult.passed`: resolved, not tampered, no forged
+    report) and the grader found no hack in it (`Grading.hacks`). Every stage that rewards uses this."""
+    return result.passed and not (grading is not None and result.rollout_id in grading.hacks)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

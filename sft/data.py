@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.records import Candidate, Group, InputError, write_jsonl_atomic
+from sandbox.records import EvalResult
 from sft.degrade import KINDS, DegradeError, Variant, build_variants
 from sft.records import RecordError, build_records, tiers_from_defects
 
@@ -69,7 +70,7 @@ def _verify(
     ]
     config = SandboxConfig(repos_dir=repos_dir, timeout=timeout, run_id="sft-verify")
     results = evaluate_predictions(instances, preds, config, run_dir=run_dir, progress=True)
-    ok = {(r.instance_id, r.rollout_id) for r in results if r.resolved}
+    ok = {(r.instance_id, r.rollout_id) for r in results if r.passed}
     kept, notes = [], []
     for k, (iid, variants) in enumerate(groups):
         if (iid, _verify_id(k, variants[0])) not in ok:
@@ -185,14 +186,17 @@ def rollout_groups(
     patches = {
         (p.instance_id, p.rollout_id): p.model_patch for p in load_predictions(predictions_path, notes)
     }
-    passing: dict[str, list[str]] = defaultdict(list)
+    by_inst: dict[str, list[EvalResult]] = defaultdict(list)
     for i, r in enumerate(read_jsonl(results_path), 1):
         if not r.get("instance_id") or r.get("rollout_id") is None:
             raise InputError(
                 f"{results_path}: line {i} lacks instance_id or rollout_id (is it a results.jsonl?)"
             )
-        if r.get("resolved") and not r.get("tampered_tests"):
-            passing[str(r["instance_id"])].append(str(r["rollout_id"]))
+        try:
+            res = EvalResult.from_dict({"model_name_or_path": "unknown", **r})
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{results_path}: line {i} is not a result record ({exc})") from exc
+        by_inst[res.instance_id].append(res)
     backend = None
     if labeller == "teacher":
         from grader.backends import OpenAIBackend
@@ -201,17 +205,17 @@ def rollout_groups(
             raise InputError("--labeller teacher needs --base-url URL and --model NAME")
         backend = OpenAIBackend(base_url, model)
     specs = []
-    for iid, rids in sorted(passing.items()):
+    for iid, results in sorted(by_inst.items()):
         inst = instances.get(iid)
         if inst is None:
             notes.append(f"{iid}: not in the instances file; skipped")
             continue
-        cands = [Candidate(r, patches[(iid, r)]) for r in rids if (iid, r) in patches]
+        # The one sandbox -> grader conversion (passing = EvalResult.passed: no tampering, no forged report).
+        group = Group.from_results(inst, results, {r: p for (i, r), p in patches.items() if i == iid})
+        cands = group.candidates
         if len(cands) < 2:
             notes.append(f"{iid}: fewer than two passing rollouts with a patch; skipped")
             continue
-        d = inst.to_dict()
-        group = Group(iid, d["repo"], d["base_commit"], d.get("problem_statement") or "", cands)
         g = grade_group(
             group, repos_dir, judge="heuristic" if labeller == "heuristic" else "llm", backend=backend
         )

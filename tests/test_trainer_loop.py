@@ -59,7 +59,7 @@ def test_tiny_config_trains_two_steps_and_resumes(tasks, tmp_path, tmp_path_fact
     trainer = Trainer(cfg, resume=True)
     assert trainer.start_step == 2
     # The resumed policy holds exactly the checkpoint's adapter (not a fresh zero-initialised one).
-    live = {k: v for k, v in trainer.model.state_dict().items() if "lora_B" in k}
+    live = {k: v for k, v in trainer.policy.model.state_dict().items() if "lora_B" in k}
     saved = _lora_b(ckpt)
     assert len(live) == len(saved) > 0
     assert sorted(float(v.abs().sum()) for v in live.values()) == pytest.approx(
@@ -86,3 +86,24 @@ def test_config_errors_name_the_key(tmp_path):
     cfg = load_config(CONFIG, ["rollout.n=6", "advantage.mode=grpo+downweight"])
     assert cfg.rollout.n == 6 and cfg.advantage.estimator == "grpo" and cfg.advantage.redistribution == "downweight"
     assert main(["--config", str(bad)]) == 2
+
+
+@pytest.mark.parametrize("override, message", [
+    ("advantage.cap=0.5", "advantage.cap must be >= 1"),
+    ("advantage.eps=0", "advantage.eps must be > 0"),
+    ("advantage.coverage=1.5", "advantage.coverage must be <= 1"),
+    ("rollout.temperature=0", "rollout.temperature must be > 0"),
+    ("rollout.top_p=0", "rollout.top_p must be > 0"),
+    ("optim.lr=true", "optim.lr: expected a number"),
+    ("optim.minibatch_size=0", "optim.minibatch_size must be >= 1"),
+    ("grader.permutations=0", "grader.permutations must be >= 1"),
+    ("lora.target_modules=5", "lora.target_modules: expected a list"),
+    ("rollout.backend=openai", "rollout.backend=openai needs rollout.base_url"),
+])
+def test_every_config_error_surfaces_at_load_naming_the_key(override, message, capsys):
+    with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
+        load_config(CONFIG, [override])
+    # The CLI stops with exit 2 before any model is built or warm-started (no set-up output at all).
+    assert main(["--config", str(CONFIG), "--set", override]) == 2
+    err = capsys.readouterr()
+    assert message.split(" ")[0] in err.err and "warm start" not in err.out

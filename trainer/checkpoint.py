@@ -60,3 +60,16 @@ def restore_optimizer(ckpt: Path, optimizer: torch.optim.Optimizer) -> None:
     optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
     rng = torch.load(ckpt / "rng.pt", weights_only=False)
     torch.set_rng_state(rng["torch"])
+
+
+def resume_point(out: Path, resume: bool, log: Any = print) -> tuple[Path | None, dict]:
+    """(latest checkpoint, its state) when resuming, else (None, {})."""
+    if not resume:
+        return None, {}
+    ckpt = latest_checkpoint(out)
+    if ckpt is None:
+        log(f"--resume: no checkpoint under {checkpoint_dir(out)}; starting from step 0")
+        return None, {}
+    state = load_state(ckpt)
+    log(f"resumed from {ckpt} (step {int(state['step'])})")
+    return ckpt, state

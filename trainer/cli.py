@@ -12,8 +12,9 @@ from trainer.config import ConfigError, load_config
 COLUMNS = [("step", "step", "{}"), ("pass", "pass_rate", "{:.2f}"), ("reward", "reward_mean", "{:.2f}"),
            ("kept", "groups_kept", "{}"), ("adv μ/σ", None, None), ("clip", "clip_frac", "{:.3f}"),
            ("kl", "kl", "{:.4f}"), ("tokens", "policy_tokens_mean", "{:.0f}"),
-           ("fallback", "judge_fallback_rate", "{:.2f}"), ("gen s", "gen_s", "{:.1f}"), ("eval s", "eval_s", "{:.1f}"),
-           ("grade s", "grade_s", "{:.1f}"), ("update s", "update_s", "{:.1f}")]
+           ("hacks", "hacks_sandbox", "{}"), ("+grader", "hacks_grader", "{}"), ("infra", "infra_errors", "{}"),
+           ("gagar", "gagar_groups", "{}"), ("gen s", "gen_s", "{:.1f}"), ("eval s", "eval_s", "{:.1f}"),
+           ("check s", "check_s", "{:.1f}"), ("rank s", "rank_s", "{:.1f}"), ("update s", "update_s", "{:.1f}")]
 
 
 def _cell(row: dict, key: str | None, fmt: str | None) -> str:
@@ -78,7 +79,7 @@ def print_summary(summary: dict, console=None) -> None:
     for k in ("out", "steps", "checkpoint", "metrics", "plot"):
         t.add_row(k, str(summary.get(k)))
     for k in ("pass_rate", "reward_mean", "groups_kept", "adv_mean", "adv_std", "clip_frac", "loss",
-              "judge_fallback_rate", "step_s"):
+              "hacks_sandbox", "hacks_grader", "infra_errors", "gagar_groups", "judge_fallbacks", "step_s"):
         if k in last:
             v = last[k]
             t.add_row(f"last {k}", f"{v:.4g}" if isinstance(v, float) else str(v))

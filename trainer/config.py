@@ -1,56 +1,88 @@
-"""`gagar train` configuration: one YAML file, one dataclass per section.
+"""`gagar train` configuration: one YAML file, a declarative schema (pydantic) with one model per section.
 
-Unknown keys are errors (a typo in `lerning_rate` must not silently train with the default), and every error
-names the section and key so the user can fix the file. `--set section.key=value` overrides use the same path.
+Everything is checked when the file is loaded — before any model is built, warm-started or sampled from: unknown
+keys (a typo in `lerning_rate` must not silently train with the default), wrong types, out-of-range values
+(`advantage.cap < 1`, `advantage.eps <= 0`, `rollout.n < 2`, ...) and rules across keys. Every message names the
+section and key. `--set section.key=value` overrides use the same path.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 ADVANTAGE_MODES = ("grpo", "gapo", "gapo+gagar", "grpo+gagar", "gapo+downweight", "grpo+downweight")
+
+
+def _comma_list(value: Any) -> Any:
+    """`--set tasks.languages=python,go` gives a string: split it."""
+    return [v for v in (s.strip() for s in value.split(",")) if v] if isinstance(value, str) else value
+
+
+Str = Annotated[str, AfterValidator(os.path.expandvars)]  # $VARS in paths and names are expanded
+StrList = Annotated[list[Str], BeforeValidator(_comma_list)]
 
 
 class ConfigError(ValueError):
     """A configuration problem the user can fix; the message says where and how."""
 
 
-@dataclass
-class ModelConfig:
+class _Section(BaseModel):
+    # Unknown keys are errors; values are checked and converted when the file is loaded.
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        """YAML's `true` is not a number (pydantic would take it as 1)."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key)
+                if field is not None and field.annotation in (int, float) and isinstance(value, bool):
+                    kind = "an integer" if field.annotation is int else "a number"
+                    raise ValueError(f"{key}: expected {kind}, got {value!r}")
+        return data
+
+
+class ModelConfig(_Section):
     # A hub id, a local path, or "tiny" (a random tiny Qwen2 built on the spot by sft.tiny, cached).
-    name_or_path: str = "tiny"
-    tiny_hidden_size: int = 64
-    tiny_num_layers: int = 2
-    cache_dir: str = ".gagar/models"
-    dtype: str = "float32"  # float32 | bfloat16 | float16
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    name_or_path: Str = "tiny"
+    tiny_hidden_size: int = Field(64, ge=8)
+    tiny_num_layers: int = Field(2, ge=1)
+    cache_dir: Str = ".gagar/models"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: Str = "auto"  # auto | cpu | cuda | cuda:N
     gradient_checkpointing: bool = False
     seed: int = 0
 
 
-@dataclass
-class LoraConfig:
+class LoraConfig(_Section):
     enabled: bool = True
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    r: int = Field(8, ge=1)
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: StrList = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
-@dataclass
-class TasksConfig:
+class TasksConfig(_Section):
     # A directory written by examples/build_tasks.py (instances.jsonl + repos/), or explicit files.
-    dir: str = ".gagar/tasks"
-    instances: str = ""  # default: <dir>/instances.jsonl
-    repos_dir: str = ""  # default: <dir>/repos
-    languages: list[str] = field(default_factory=list)  # empty = all
-    instance_ids: list[str] = field(default_factory=list)  # empty = all
+    dir: Str = ".gagar/tasks"
+    instances: Str = ""  # default: <dir>/instances.jsonl
+    repos_dir: Str = ""  # default: <dir>/repos
+    languages: StrList = Field(default_factory=list)  # empty = all
+    instance_ids: StrList = Field(default_factory=list)  # empty = all
     shuffle: bool = True
 
     def instances_path(self) -> Path:
@@ -60,56 +92,63 @@ class TasksConfig:
         return Path(self.repos_dir or Path(self.dir) / "repos")
 
 
-@dataclass
-class RolloutConfig:
-    backend: str = "transformers"  # transformers | openai | vllm
-    mode: str = "single_turn"  # single_turn (ask for a unified diff) | agent (multi-turn tools in a container)
-    tasks_per_step: int = 2
-    n: int = 4  # rollouts per task (the group size)
-    max_refill: int = 2  # extra task batches drawn when dynamic sampling drops groups
-    max_new_tokens: int = 256  # per turn
-    max_prompt_tokens: int = 2048
-    max_context_chars: int = 4000  # source shown in the single-turn prompt
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_turns: int = 8  # agent mode
-    tool_timeout_s: float = 30.0
-    tool_output_chars: int = 2000
-    base_url: str = ""  # openai backend (e.g. a `vllm serve --enable-lora` endpoint)
-    served_model: str = ""  # openai backend: model name; LoRA updates are loaded under this name
+class RolloutConfig(_Section):
+    backend: Literal["transformers", "openai", "vllm"] = "transformers"
+    # single_turn (ask for a unified diff) | agent (multi-turn tools in a container)
+    mode: Literal["single_turn", "agent"] = "single_turn"
+    tasks_per_step: int = Field(2, ge=1)
+    n: int = Field(4, ge=2)  # rollouts per task (the group size): advantages compare rollouts of one task
+    max_refill: int = Field(2, ge=0)  # extra task batches drawn when dynamic sampling drops groups
+    max_new_tokens: int = Field(256, ge=1)  # per turn
+    max_prompt_tokens: int = Field(2048, ge=1)
+    max_context_chars: int = Field(4000, ge=0)  # source shown in the single-turn prompt
+    # RL samples: > 0. The log-probs of the importance ratio are scored under the same temperature and top-p.
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_turns: int = Field(8, ge=1)  # agent mode
+    tool_timeout_s: float = Field(30.0, gt=0)
+    tool_output_chars: int = Field(2000, ge=1)
+    base_url: Str = ""  # openai backend (e.g. a `vllm serve --enable-lora` endpoint)
+    served_model: Str = ""  # openai backend: model name; LoRA updates are loaded under this name
     overlap: bool = False  # evaluate/grade step t while generating step t+1 (one-step-stale rollouts)
 
 
-@dataclass
-class SandboxSection:
-    image: str | None = None
-    memory: str = "2g"
-    cpus: float = 1.0
-    timeout: int = 300
-    max_workers: int = 2  # per node with the ray executor
-    runtime: str = ""  # OCI runtime (e.g. crun); empty: the engine's default
-    executor: str = "local"  # local | ray (docs/scaling.md)
-    ray_address: str = ""  # ray: the cluster (HEAD:6379, auto); empty: a local Ray for the run
+class SandboxSection(_Section):
+    image: Str | None = None
+    memory: Str = "2g"
+    cpus: float = Field(1.0, gt=0)
+    timeout: int = Field(300, ge=1)
+    max_workers: int = Field(2, ge=1)  # per node with the ray executor
+    runtime: Str = ""  # OCI runtime (e.g. crun); empty: the engine's default
+    executor: Literal["local", "ray"] = "local"  # docs/scaling.md
+    ray_address: Str = ""  # ray: the cluster (HEAD:6379, auto); empty: a local Ray for the run
+
+    @model_validator(mode="after")
+    def _ray_address_needs_ray(self) -> SandboxSection:
+        if self.ray_address and self.executor != "ray":
+            raise ValueError("ray_address needs sandbox.executor: ray")
+        return self
 
 
-@dataclass
-class GraderSection:
-    judge: str = "heuristic"  # heuristic | llm
-    model: str = ""
-    adapter: str = ""
-    backend: str = "transformers"  # for the llm judge: transformers | openai | vllm
-    base_url: str = ""
-    permutations: int = 1
+class GraderSection(_Section):
+    judge: Literal["heuristic", "llm"] = "heuristic"
+    model: Str = ""
+    adapter: Str = ""
+    backend: Literal["transformers", "openai", "vllm"] = "transformers"  # for the llm judge
+    base_url: Str = ""
+    permutations: int = Field(1, ge=1)
 
 
-@dataclass
-class AdvantageConfig:
-    mode: str = "gapo+gagar"  # one of ADVANTAGE_MODES
-    coverage: float = 0.5
-    center: str = "median"
+class AdvantageConfig(_Section):
+    # Binary pass/fail rewards (this trainer's): a GRPO-family base + GAGAR — every passing rollout of a mixed
+    # group gets A > 0, so the judge's ranking has something to redistribute. GAPO's centre is 1 as soon as
+    # half a group passes, which zeroes the passing advantages; use `gapo+gagar` for partial-credit rewards.
+    mode: Literal[ADVANTAGE_MODES] = "grpo+gagar"
+    coverage: float = Field(0.5, gt=0, le=1)
+    center: Literal["median", "mean"] = "median"
     norm: bool = True
-    eps: float = 1e-6
-    cap: float = 3.0
+    eps: float = Field(1e-6, gt=0)
+    cap: float = Field(3.0, ge=1)  # GAGAR's λ cap; λ >= 1 by construction
     dynamic_sampling: bool = True
 
     @property
@@ -121,147 +160,118 @@ class AdvantageConfig:
         return self.mode.split("+")[1] if "+" in self.mode else "none"
 
 
-@dataclass
-class OptimConfig:
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    clip_low: float = 0.2
-    clip_high: float = 0.28  # DAPO's clip-higher
-    kl_coef: float = 0.0
-    epochs: int = 1  # passes over a step's rollouts
-    minibatch_size: int = 4  # sequences per optimiser step
-    max_grad_norm: float = 1.0
-    loss_agg: str = "token_mean"  # token_mean (DAPO) | seq_mean
+class OptimConfig(_Section):
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    clip_high: float = Field(0.28, ge=0)  # DAPO's clip-higher
+    kl_coef: float = Field(0.0, ge=0)
+    epochs: int = Field(1, ge=1)  # passes over a step's rollouts
+    minibatch_size: int = Field(4, ge=1)  # sequences per optimiser step
+    max_grad_norm: float = Field(1.0, gt=0)
+    loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"  # token_mean (DAPO) | seq_mean
 
 
-@dataclass
-class WarmstartConfig:
+class WarmstartConfig(_Section):
     enabled: bool = False
     # Rollout patches to imitate: <tasks.dir>/predictions.jsonl, with their kinds from <tasks.dir>/expected.jsonl.
-    predictions: str = ""
-    expected: str = ""
-    kinds: list[str] = field(default_factory=lambda: ["gold", "minimal", "bloated", "wrong"])
-    epochs: int = 30
-    lr: float = 3e-3
-    batch_size: int = 8
+    predictions: Str = ""
+    expected: Str = ""
+    kinds: StrList = Field(default_factory=lambda: ["gold", "minimal", "bloated", "wrong"])
+    epochs: int = Field(30, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    batch_size: int = Field(8, ge=1)
 
 
-@dataclass
-class TrainConfig:
-    steps: int = 10
-    out: str = "runs/gagar"
-    save_every: int = 1
+class TrainConfig(_Section):
+    steps: int = Field(10, ge=0)
+    out: Str = "runs/gagar"
+    save_every: int = Field(1, ge=1)
     seed: int = 0
     tensorboard: bool = True
-    model: ModelConfig = field(default_factory=ModelConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    tasks: TasksConfig = field(default_factory=TasksConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    sandbox: SandboxSection = field(default_factory=SandboxSection)
-    grader: GraderSection = field(default_factory=GraderSection)
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    sandbox: SandboxSection = Field(default_factory=SandboxSection)
+    grader: GraderSection = Field(default_factory=GraderSection)
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    warmstart: WarmstartConfig = Field(default_factory=WarmstartConfig)
+
+    @model_validator(mode="after")
+    def _across_sections(self) -> TrainConfig:
+        """Rules that involve more than one key (each message names the keys)."""
+        r, g = self.rollout, self.grader
+        checks = [
+            (r.backend != "openai" or bool(r.base_url), "rollout.backend=openai needs rollout.base_url"),
+            (g.judge != "llm" or bool(g.model or g.base_url),
+             "grader.judge=llm needs grader.model (path or hub id) or grader.base_url"),
+            (not (self.warmstart.enabled and r.mode == "agent"),
+             "warmstart imitates single-turn diff answers; set rollout.mode: single_turn or warmstart.enabled: false"),
+            (r.backend == "transformers" or self.lora.enabled,
+             f"rollout.backend={r.backend} receives LoRA adapters only; set lora.enabled: true"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(msg)
+        return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return self.model_dump()
 
 
-def _coerce(value: Any, typ: Any, where: str) -> Any:
-    """Check/convert one YAML value against a dataclass field type (the simple types this config uses)."""
-    t = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
-    t = t.replace(" ", "")
-    if t.endswith("|None") or t.startswith("None|"):
-        if value is None:
-            return None
-        t = t.replace("|None", "").replace("None|", "")
-    if t == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in {"true", "false", "1", "0", "yes", "no"}:
-            return value.lower() in {"true", "1", "yes"}
-        raise ConfigError(f"{where}: expected true/false, got {value!r}")
-    if t == "int":
-        if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
-    if t == "float":
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
-    if t == "str":
-        if isinstance(value, (dict, list)):
-            raise ConfigError(f"{where}: expected a string, got {type(value).__name__}")
-        return os.path.expandvars(str(value))
-    if t.startswith("list["):
-        if isinstance(value, str):
-            value = [v for v in (s.strip() for s in value.split(",")) if v]
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return [os.path.expandvars(str(v)) for v in value]
-    return value
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true/false", "string": "a string",
+               "list": "a list", "dict": "a mapping", "model": "a mapping"}
+
+
+def _message(err: dict[str, Any]) -> str:
+    """One pydantic error as `section.key: what is wrong`, in the words of this file's users."""
+    loc = ".".join(str(x) for x in err["loc"])
+    kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "extra_forbidden":
+        section, key = ".".join(str(x) for x in err["loc"][:-1]), err["loc"][-1]
+        return f"{section or 'config'}: unknown key {key}"
+    if kind == "literal_error":
+        return f"{loc} must be one of {ctx.get('expected', '')}".replace("'", "")
+    if kind.endswith(("_type", "_parsing")) and kind.split("_")[0] in _TYPE_WORDS:
+        return f"{loc}: expected {_TYPE_WORDS[kind.split('_')[0]]}, got {got!r}"
+    for op, word in (("greater_than_equal", ">="), ("greater_than", ">"), ("less_than_equal", "<="),
+                     ("less_than", "<")):
+        if kind == op:
+            limit = next(iter(ctx.values()))
+            return f"{loc} must be {word} {limit}, got {got!r}"
+    if kind == "value_error":  # our validators' messages start with the key inside the section at `loc`
+        text = str(ctx.get("error", err["msg"]))
+        return f"{loc}.{text}" if loc else text
+    return f"{loc}: {err['msg']}"
 
 
 RETIRED = {"sandbox.docker_hosts": "spread the sandbox over several machines with `sandbox.executor: ray` "
            "(one sandbox actor per Ray node; docs/scaling.md)"}
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    for key in unknown:
-        if f"{where}.{key}" in RETIRED:
-            raise ConfigError(f"{where}.{key} was retired: {RETIRED[f'{where}.{key}']}")
-    if unknown:
-        raise ConfigError(
-            f"{where or 'config'}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(fields))}"
-        )
-    kwargs = {}
-    for name, value in data.items():
-        f = fields[name]
-        sub = f"{where}.{name}" if where else name
-        if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
-            kwargs[name] = _build(f.default_factory, value or {}, sub)  # type: ignore[arg-type]
-        else:
-            kwargs[name] = _coerce(value, f.type, sub)
-    return cls(**kwargs)
-
-
-def validate(cfg: TrainConfig) -> TrainConfig:
-    r, a, o = cfg.rollout, cfg.advantage, cfg.optim
-    checks = [
-        (cfg.steps >= 0, "steps must be >= 0"),
-        (r.backend in {"transformers", "openai", "vllm"}, "rollout.backend must be transformers, openai or vllm"),
-        (r.mode in {"single_turn", "agent"}, "rollout.mode must be single_turn or agent"),
-        (r.n >= 2, "rollout.n (group size) must be >= 2: advantages compare rollouts of one task"),
-        (r.tasks_per_step >= 1, "rollout.tasks_per_step must be >= 1"),
-        (r.backend != "openai" or bool(r.base_url), "rollout.backend=openai needs rollout.base_url"),
-        (cfg.sandbox.executor in {"local", "ray"}, "sandbox.executor must be local or ray"),
-        (cfg.sandbox.executor == "ray" or not cfg.sandbox.ray_address, "sandbox.ray_address needs sandbox.executor: ray"),
-        (a.mode in ADVANTAGE_MODES, f"advantage.mode must be one of {', '.join(ADVANTAGE_MODES)}"),
-        (0 < a.coverage <= 1, "advantage.coverage must be in (0, 1]"),
-        (cfg.grader.judge in {"heuristic", "llm"}, "grader.judge must be heuristic or llm"),
-        (cfg.grader.judge != "llm" or bool(cfg.grader.model or cfg.grader.base_url),
-         "grader.judge=llm needs grader.model (path or hub id) or grader.base_url"),
-        (o.clip_low >= 0 and o.clip_high >= 0, "optim.clip_low/clip_high must be >= 0"),
-        (o.loss_agg in {"token_mean", "seq_mean"}, "optim.loss_agg must be token_mean or seq_mean"),
-        (o.minibatch_size >= 1 and o.epochs >= 1, "optim.minibatch_size and optim.epochs must be >= 1"),
-        (cfg.model.dtype in {"float32", "bfloat16", "float16"}, "model.dtype must be float32, bfloat16 or float16"),
-        (not (cfg.warmstart.enabled and r.mode == "agent"),
-         "warmstart imitates single-turn diff answers; set rollout.mode: single_turn or warmstart.enabled: false"),
-        (r.backend == "transformers" or cfg.lora.enabled,
-         f"rollout.backend={r.backend} receives LoRA adapters only; set lora.enabled: true"),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise ConfigError(msg)
-    return cfg
+def _build(data: dict[str, Any]) -> TrainConfig:
+    for key, why in RETIRED.items():
+        section, name = key.split(".")
+        if isinstance(data.get(section), dict) and name in data[section]:
+            raise ConfigError(f"{key} was retired: {why}")
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        unknown: dict[str, list[str]] = {}
+        for e in errors:
+            if e["type"] == "extra_forbidden":
+                unknown.setdefault(".".join(str(x) for x in e["loc"][:-1]), []).append(str(e["loc"][-1]))
+        if unknown:  # all unknown keys of the first section at once, with what is allowed there
+            section, keys = next(iter(unknown.items()))
+            model = TrainConfig
+            for part in section.split(".") if section else []:
+                model = model.model_fields[part].annotation
+            raise ConfigError(f"{section or 'config'}: unknown key(s) {', '.join(sorted(keys))}; allowed: "
+                              f"{', '.join(sorted(model.model_fields))}") from None
+        raise ConfigError("; ".join(_message(e) for e in errors)) from None
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -292,6 +302,6 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
         raise ConfigError(f"config {p}: the top level must be a mapping of sections")
     data = apply_overrides(data, overrides or [])
     try:
-        return validate(_build(TrainConfig, data, ""))
+        return _build(data)
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from exc

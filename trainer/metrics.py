@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import read_jsonl
 from sandbox.report import atomic_write_text
+from trainer.groups import RolloutGroup
 
 
 class MetricsWriter:
@@ -43,11 +46,35 @@ class MetricsWriter:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-    return rows
+    return read_jsonl(path, skip_bad=True, notes=[])  # a line cut by a crash is dropped
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def step_row(step: int, groups: list[RolloutGroup], kept: list[RolloutGroup], stats: dict[str, Any]) -> dict:
+    """One metrics line: what was sampled (`groups`, every draw of the step), what was trained on (`kept`),
+    and the stage statistics and timings in `stats` (advantages, GAGAR before/after, update, seconds)."""
+    results = [r for g in groups for r in g.results]
+    valid = [r for r in results if r.status != "infra_error"]
+    statuses = Counter(r.status for r in results)
+    row: dict[str, Any] = {
+        "step": step,
+        "groups_sampled": len(groups),
+        "groups_kept": len(kept),
+        "rollouts": len(results),
+        # Over the rollouts the sandbox could run: an infra_error says nothing about the policy.
+        "pass_rate": sum(p for g in groups for p, v in zip(g.passed, g.valid, strict=True) if v) / max(1, len(valid)),
+        "resolved_rate": sum(r.resolved for r in valid) / max(1, len(valid)),
+        "infra_errors": len(results) - len(valid),
+        "hacks_sandbox": sum(r.hacked for r in results),
+        "hacks_grader": sum(len(g.grader_hacks) for g in groups),
+        "tampered": sum(r.tampered_tests for r in results),
+        "reward_mean": _mean([float(p) for g in kept for p, v in zip(g.passed, g.valid, strict=True) if v]),
+        "policy_tokens_mean": _mean([t.policy_tokens for g in kept for t in g.trajs]),
+        "patch_lines_mean": _mean([len(t.patch.splitlines()) for g in kept for t in g.trajs]),
+        **{f"status_{k}": v for k, v in sorted(statuses.items())},
+    }
+    row.update(stats)
+    return row

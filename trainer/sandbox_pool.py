@@ -9,6 +9,7 @@ The executor (and a Ray it started) lives as long as the pool: `close()`, or at 
 from __future__ import annotations
 
 import atexit
+from collections.abc import Callable
 from pathlib import Path
 
 from sandbox.config import SandboxConfig
@@ -36,6 +37,19 @@ class SandboxPool:
         if not predictions:
             return []
         return self.executor.evaluate(instances, predictions, self.config(), run_dir=Path(run_dir))
+
+    def evaluate_masked(self, instances: dict[str, Instance], predictions: list[Prediction], run_dir: Path,
+                        log: Callable[[str], None] = print) -> list[EvalResult]:
+        """`evaluate`, except that a failure of the evaluation itself (engine gone, a node lost) never aborts a
+        training step: every prediction then gets `infra_error` with the reason, which the trainer masks out of
+        the loss instead of scoring it as a failed rollout."""
+        try:
+            return self.evaluate(instances, predictions, run_dir)
+        except (OSError, RuntimeError, ValueError) as exc:
+            log(f"sandbox: evaluation failed ({exc}); {len(predictions)} rollout(s) masked as infra_error")
+            return [EvalResult(instance_id=p.instance_id, model_name_or_path=p.model_name_or_path,
+                               rollout_id=p.rollout_id, status="infra_error", error=f"sandbox failed: {exc}")
+                    for p in predictions]
 
     def close(self) -> None:
         self.executor.close()
