@@ -1,7 +1,10 @@
 """`gagar serve`: a small OpenAI-compatible chat server over a transformers model (+ optional PEFT adapter).
 
-Endpoints: `GET /v1/models`, `POST /v1/chat/completions` (non-streaming), `GET /health`. Requests are served
-one generation at a time; this is for CPU users and tests, `vllm serve` is the production path.
+Endpoints: `GET /v1/models`, `POST /v1/chat/completions` (non-streaming), `POST /v1/completions` (token-id or
+text prompts; returns the sampled token ids as vLLM does: `token_ids` with `return_token_ids`, `token_id:N`
+strings in `logprobs.tokens` with `return_tokens_as_token_ids` — what the trainer's openai rollout backend
+trains on), `GET /health`. Requests are served one generation at a time; this is for CPU users and tests,
+`vllm serve` is the production path.
 Binds 127.0.0.1 by default: there is no authentication, so exposing it is a deliberate `--host` choice.
 """
 
@@ -61,9 +64,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?")[0].rstrip("/")
-        if path not in ("/v1/chat/completions", "/chat/completions"):
+        if path not in ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions"):
             self._error(404, f"no route {self.path}")
             return
+        req = self._read_json()
+        if req is None:
+            return
+        if path.endswith("/chat/completions"):
+            self._chat(req)
+        else:
+            self._completion(req)
+
+    def _read_json(self) -> Any:
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
@@ -72,10 +84,32 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400 if length <= 0 else 413, "a JSON body (Content-Length) of at most 8 MiB is required")
             return
         try:
-            req = json.loads(self.rfile.read(length).decode("utf-8"))
+            return json.loads(self.rfile.read(length).decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             self._error(400, "the body is not valid JSON")
+            return None
+
+    def _completion(self, req: Any) -> None:
+        problem = _check_completion(req, self.server.served_name)
+        if problem:
+            self._error(404 if problem.startswith("model") else 400, problem)
             return
+        cap = self.server.max_tokens_cap
+        try:
+            choice, n_prompt = complete(self.server.backend, req, min(int(req.get("max_tokens") or 16), cap))
+        except Exception as exc:  # a server must answer, not die, on a generation failure
+            self._error(500, f"generation failed: {exc}", "server_error")
+            return
+        n_out = len(choice["token_ids"])
+        if not req.get("return_token_ids"):
+            choice.pop("token_ids")
+        self._send(200, {
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
+            "model": self.server.served_name, "choices": [choice],
+            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
+        })
+
+    def _chat(self, req: Any) -> None:
         problem = _check_request(req, self.server.served_name)
         if problem:
             self._error(404 if problem.startswith("model") else 400, problem)
@@ -127,6 +161,57 @@ def _check_request(req: Any, served: str) -> str | None:
     if t is not None and (not isinstance(t, (int, float)) or t < 0):
         return "`temperature` must be a number >= 0"
     return None
+
+
+def _check_completion(req: Any, served: str) -> str | None:
+    if not isinstance(req, dict):
+        return "the body must be a JSON object"
+    if req.get("stream"):
+        return "streaming is not supported by gagar serve; send stream=false"
+    if req.get("model") not in (None, "", served):
+        return f"model {req.get('model')!r} is not served here; this server serves {served!r}"
+    prompt = req.get("prompt")
+    if not (isinstance(prompt, str) and prompt) and not (
+            isinstance(prompt, list) and prompt and all(isinstance(t, int) and t >= 0 for t in prompt)):
+        return "`prompt` must be a non-empty string or a list of token ids (one prompt per request)"
+    if req.get("n", 1) != 1:
+        return "gagar serve samples one completion per request (n=1)"
+    v = req.get("max_tokens")
+    if v is not None and (not isinstance(v, int) or v < 1):
+        return "`max_tokens` must be a positive integer"
+    t, p = req.get("temperature"), req.get("top_p")
+    if t is not None and (not isinstance(t, (int, float)) or t < 0):
+        return "`temperature` must be a number >= 0"
+    if p is not None and (not isinstance(p, (int, float)) or not 0 < p <= 1):
+        return "`top_p` must be in (0, 1]"
+    stop = req.get("stop")
+    if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list)
+                                                            and all(isinstance(x, str) for x in stop))):
+        return "`stop` must be a string or a list of strings"
+    return None
+
+
+def complete(backend: TransformersBackend, req: dict[str, Any], max_tokens: int) -> tuple[dict[str, Any], int]:
+    """One completion choice in vLLM's shape, from the policy-side `generate` (the one sampling path), with
+    the sampled token ids (an eos the model sampled included); `logprobs.tokens` as `token_id:N` strings when
+    `return_tokens_as_token_ids` is asked for (their log-probs are not computed here: null)."""
+    tok = backend.tokenizer
+    prompt = req["prompt"]
+    ids = prompt if isinstance(prompt, list) else tok(prompt, add_special_tokens=False)["input_ids"]
+    stop = [req["stop"]] if isinstance(req.get("stop"), str) else list(req.get("stop") or [])
+    (sample,) = backend.generate([ids], max_new_tokens=max_tokens, temperature=float(req.get("temperature", 1.0)),
+                                 top_p=float(req.get("top_p", 1.0)), stop=stop or None)
+    text = sample.text
+    hit = next((s for s in stop if s in text), None)
+    if hit is not None and not req.get("include_stop_str_in_output"):
+        text = text[: text.index(hit)]
+    choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": sample.finish_reason, "stop_reason": hit,
+                              "token_ids": list(sample.token_ids)}
+    if req.get("logprobs") is not None:
+        as_ids = bool(req.get("return_tokens_as_token_ids"))
+        choice["logprobs"] = {"tokens": [f"token_id:{t}" if as_ids else tok.decode([t]) for t in sample.token_ids],
+                              "token_logprobs": [None] * len(sample.token_ids)}
+    return choice, len(ids)
 
 
 def make_server(backend: TransformersBackend, host: str = "127.0.0.1", port: int = 8000,

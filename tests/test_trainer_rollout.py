@@ -23,13 +23,20 @@ class _FakeTokenizer:
 
 class _Handler(BaseHTTPRequestHandler):
     calls: list = []
+    no_ids = False  # answer like a server that cannot return sampled token ids
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.calls.append((self.path, body))
         if self.path == "/v1/completions":
             text = "ab</tool_call>" if body.get("stop") else "xyz"
-            out = {"choices": [{"text": text, "finish_reason": "stop"}]}
+            # vLLM's shape with `logprobs` + `return_tokens_as_token_ids`; an eos it sampled is not in the text.
+            ids = [ord(c) + 1000 for c in text]
+            assert body["return_tokens_as_token_ids"] and body["logprobs"] == 1
+            choice = {"text": text, "finish_reason": "stop"}
+            if not self.no_ids:
+                choice["logprobs"] = {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-1.0] * len(ids)}
+            out = {"choices": [choice]}
         elif self.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
             if self.path == "/v1/load_lora_adapter" and not Path(body["lora_path"], "adapter.bin").is_file():
                 self.send_response(400)
@@ -72,8 +79,9 @@ def test_openai_backend_sends_token_prompts_and_pushes_lora(server, tmp_path):
     [s1, s2] = be.generate([[1, 2, 3], [4]], max_new_tokens=16, temperature=0.7)
     sent = sorted(c[1]["prompt"] for c in calls)
     assert sent == [[1, 2, 3], [4]] and all(c[1]["model"] == "base-model" for c in calls)
-    # The server strips the eos it sampled; the backend restores it so the policy learns to stop.
-    assert s1.token_ids == [ord(c) for c in "xyz"] + [99] and s1.finish_reason == "stop"
+    # The sampled ids as the server returned them (not a re-encoding of the text); a server that leaves out
+    # the eos it sampled gets it restored, so the policy learns to stop.
+    assert s1.token_ids == [ord(c) + 1000 for c in "xyz"] + [99] and s1.finish_reason == "stop"
     [s3] = be.generate([[5]], max_new_tokens=8, temperature=1.0, stop=["</tool_call>"])
     assert s3.text.endswith("</tool_call>") and s3.token_ids[-1] != 99
     be.sync_weights(_Adapter(), step=3)
@@ -108,3 +116,57 @@ def test_vllm_backend_explains_the_missing_extra(tmp_path):
     cfg.lora.enabled = True
     with pytest.raises(ImportError, match="gagar\\[vllm\\]"):
         make_backend(cfg, None, None, str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory):
+    """`gagar serve` over a tiny random model and its real byte-level BPE tokenizer, on real HTTP; every
+    `generate` call of the served model is recorded, so the test knows which tokens were really sampled."""
+    from grader.serve import make_server
+    from inference.hf import TransformersBackend
+    from sft.tiny import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-policy")
+    backend = TransformersBackend(str(path), device="cpu")
+    sampled: list[list[int]] = []
+    real_generate = backend.model.generate
+
+    def recording_generate(*args, **kwargs):
+        out = real_generate(*args, **kwargs)
+        sampled.append(out[0, kwargs["input_ids"].shape[1]:].tolist())
+        return out
+
+    backend.model.generate = recording_generate
+    srv = make_server(backend, port=0, served_name="policy", max_tokens_cap=64)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", backend.tokenizer, sampled
+    srv.shutdown()
+
+
+def test_openai_backend_trains_on_the_token_ids_the_server_sampled(tiny_server, tmp_path):
+    url, tokenizer, sampled = tiny_server
+    be = OpenAIServerBackend(url, "policy", tokenizer, str(tmp_path))
+    prompt = tokenizer("def add(a, b):\n    return", add_special_tokens=False)["input_ids"]
+    samples = be.generate([prompt] * 6, max_new_tokens=40, temperature=1.0)
+    assert len(sampled) == 6
+    eos = tokenizer.eos_token_id
+    for s in samples:
+        # Exactly a sequence the server's model sampled (up to and including its eos), never a re-encoding.
+        truth = next(seq for seq in sampled if seq[: len(s.token_ids)] == s.token_ids)
+        assert s.token_ids == (truth[: truth.index(eos) + 1] if eos in truth else truth)
+        assert s.text == tokenizer.decode(s.token_ids, skip_special_tokens=True)
+    # A random model's samples are mostly not the tokenizer's canonical encoding of their own text: the
+    # re-tokenising backend this replaces would have trained on tokens the policy never produced.
+    retok = [tokenizer(s.text, add_special_tokens=False)["input_ids"] for s in samples]
+    assert any(r != [t for t in s.token_ids if t != eos] for r, s in zip(retok, samples, strict=True))
+
+
+def test_server_without_token_ids_is_an_error_not_a_silent_retokenisation(server, tmp_path):
+    url, _ = server
+    be = OpenAIServerBackend(url, "base-model", _FakeTokenizer(), str(tmp_path))
+    _Handler.no_ids = True
+    try:
+        with pytest.raises(RuntimeError, match="no sampled token ids"):
+            be.generate([[1]], max_new_tokens=4, temperature=1.0)
+    finally:
+        _Handler.no_ids = False

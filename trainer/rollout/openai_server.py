@@ -1,7 +1,11 @@
 """Sampling from an OpenAI-compatible server (e.g. `vllm serve MODEL --enable-lora`).
 
 Prompts go to `/v1/completions` as token ids (vLLM accepts them), so the server continues exactly the
-conversation the trainer tokenised. After each update the LoRA adapter is saved where the server can read it
+conversation the trainer tokenised; the completion comes back as the token ids the server *sampled* (vLLM's
+`return_token_ids`, or `logprobs` with `return_tokens_as_token_ids`, which gives `token_id:N` strings; `gagar
+serve` answers both). Re-tokenising the returned text would not do: a sampled sequence is often not the
+tokenizer's canonical encoding of its text, and then the trainer would score (and train on) tokens the policy
+never produced. After each update the LoRA adapter is saved where the server can read it
 (a shared path) and loaded with vLLM's runtime endpoint `/v1/load_lora_adapter` (start the server with
 `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`); the next requests name that adapter as their model.
 """
@@ -53,15 +57,18 @@ class OpenAIServerBackend:
     def _one(self, prompt: list[int], max_new_tokens: int, temperature: float, top_p: float,
              stop: list[str] | None) -> Sample:
         payload = {"model": self.model, "prompt": prompt, "max_tokens": max_new_tokens,
-                   "temperature": temperature, "top_p": top_p, "n": 1, "skip_special_tokens": True}
+                   "temperature": temperature, "top_p": top_p, "n": 1, "skip_special_tokens": True,
+                   "return_token_ids": True, "logprobs": 1, "return_tokens_as_token_ids": True}
         if stop:
             payload.update(stop=stop, include_stop_str_in_output=True)
         choice = self._post("/completions", payload)["choices"][0]
         text = choice.get("text") or ""
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = sampled_token_ids(choice, self.base_url)
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        if finish == "stop" and not (stop and any(text.endswith(s) for s in stop)) and self.tokenizer.eos_token_id is not None:
-            ids.append(self.tokenizer.eos_token_id)  # the server strips the eos it sampled; train on it
+        eos = self.tokenizer.eos_token_id
+        stopped_on_string = bool(stop) and (choice.get("stop_reason") in stop or any(text.endswith(x) for x in stop))
+        if finish == "stop" and not stopped_on_string and eos is not None and (not ids or ids[-1] != eos):
+            ids.append(eos)  # a server that leaves out the eos it sampled: train on it, so the policy learns to stop
         return Sample(token_ids=ids, text=text, finish_reason=finish)
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
@@ -82,3 +89,17 @@ class OpenAIServerBackend:
             except RuntimeError:
                 pass  # an adapter the server already dropped is not worth failing a run over
         self.model = name
+
+
+def sampled_token_ids(choice: dict, where: str) -> list[int]:
+    """The completion's sampled token ids from an OpenAI-compatible completion choice: vLLM's `token_ids`
+    (`return_token_ids`), else `logprobs.tokens` as `token_id:N` strings (`return_tokens_as_token_ids`)."""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        return list(ids)
+    tokens = (choice.get("logprobs") or {}).get("tokens")
+    if isinstance(tokens, list) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+        return [int(t.split(":", 1)[1]) for t in tokens]
+    raise RuntimeError(f"{where}/completions returned no sampled token ids; the trainer needs them (re-tokenised "
+                       "text is not what the policy sampled). Use a server that honours `return_token_ids` or "
+                       "`logprobs` with `return_tokens_as_token_ids` (vLLM >= 0.5, gagar serve)")
