@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import JsonlError, parse_lines, read_text, write_jsonl_atomic  # noqa: F401 (re-exported)
 from sandbox.records import EvalResult, Instance
-from sandbox.report import atomic_write_text
 
 
 class InputError(ValueError):
@@ -204,30 +204,19 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read a JSONL file (a JSON list is accepted too); errors name the file and line."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{p}: not valid JSON ({exc})") from exc
-        if not all(isinstance(x, dict) for x in data):
-            raise InputError(f"{p}: a JSON list must hold objects")
-        return data
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{p}:{n}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(row, dict):
-            raise InputError(f"{p}:{n}: expected a JSON object per line")
-        rows.append(row)
-    return rows
+        text, bad_utf8 = read_text(p)
+        stripped = text.lstrip()
+        if stripped.startswith("["):
+            try:
+                data = json.loads(stripped)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{p}: not valid JSON ({exc})") from exc
+            if not all(isinstance(x, dict) for x in data):
+                raise InputError(f"{p}: a JSON list must hold objects")
+            return data
+        return [row for _, row in parse_lines(text, str(p), bad_utf8=bad_utf8)]  # strict: errors name the line
+    except JsonlError as exc:
+        raise InputError(str(exc)) from exc
 
 
 def load_groups(path: str | Path) -> list[Group]:
@@ -238,8 +227,3 @@ def load_groups(path: str | Path) -> list[Group]:
     if dupes:
         raise InputError(f"{path}: duplicate instance_id(s) {', '.join(dupes[:5])}")
     return groups
-
-
-def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Write JSONL to a temporary file beside `path`, then rename, so readers never see a half-written file."""
-    atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

@@ -1,9 +1,9 @@
 """The project's one JSONL reader and writer, with one policy for bad lines.
 
 - Reading is strict by default: a line that is not UTF-8, not JSON or not a JSON object raises `JsonlError`
-  naming `file:line` — input files a user wrote must not lose records silently.
+  naming the file and line — input files a user wrote must not lose records silently.
 - `skip_bad=True` is for files whose documentation promises skipping (predictions of `gagar eval`, a results
-  or metrics file whose last line a crash cut short): the bad line is skipped and a note naming `file:line`
+  or metrics file whose last line a crash cut short): the bad line is skipped and a note naming the file and line
   goes to `notes` (or to stderr when no list is given); the rest is used.
 - Writing replaces the file atomically (temp file + rename), so readers never see half a file.
 """

@@ -50,18 +50,19 @@ def read_results(path: Path, *, warn: bool = True) -> dict[tuple[str, str], Eval
     out: dict[tuple[str, str], EvalResult] = {}
     if not path.exists():
         return out
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = EvalResult.from_dict(json.loads(line))
-            except (ValueError, TypeError) as exc:
-                if warn:
-                    print(f"gagar eval: {path} line {n}: unreadable result ({exc}); it will be redone",
-                          file=sys.stderr)
-                continue
-            out[r.key] = r
+    from sandbox.jsonl import iter_jsonl
+
+    notes: list[str] = []
+    for n, row in iter_jsonl(path, skip_bad=True, notes=notes):
+        try:
+            r = EvalResult.from_dict(row)
+        except (ValueError, TypeError) as exc:
+            notes.append(f"{path} line {n}: unreadable result ({exc})")
+            continue
+        out[r.key] = r
+    if warn:
+        for note in notes:
+            print(f"gagar eval: {note}; it will be redone", file=sys.stderr)
     return out
 
 

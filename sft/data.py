@@ -180,7 +180,7 @@ def rollout_groups(
     """Group specs from a `gagar eval` run: the resolved rollouts of each instance, ranked by the labeller."""
     from grader.grade import grade_group
     from grader.records import read_jsonl
-    from sandbox.cli import load_predictions
+    from sandbox.inputs import load_predictions
 
     notes: list[str] = []
     patches = {
@@ -347,7 +347,7 @@ def main(argv: list[str]) -> int:
     if not args.repos_dir.is_dir():
         print(f"{prog}: --repos-dir {args.repos_dir} is not a directory", file=sys.stderr)
         return 2
-    from sandbox.cli import load_instances
+    from sandbox.inputs import load_instances
 
     notes: list[str] = []
     try:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sandbox.jsonl import read_jsonl
-from sandbox.report import atomic_write_text
+from sandbox.jsonl import append_jsonl, read_jsonl, write_jsonl_atomic
 from trainer.groups import RolloutGroup
 
 
@@ -20,7 +18,7 @@ class MetricsWriter:
         # On resume, steps after the checkpoint were never committed: drop them so the curve has no duplicates.
         if self.path.exists():
             keep = [ln for ln in read_metrics(self.path) if ln.get("step", 0) <= start_step]
-            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
+            write_jsonl_atomic(self.path, keep)
         self.tb = None
         if tensorboard:
             try:
@@ -32,9 +30,7 @@ class MetricsWriter:
 
     def write(self, row: dict[str, Any]) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(clean) + "\n")
-            fh.flush()
+        append_jsonl(self.path, clean)
         if self.tb is not None:
             for k, v in clean.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step":

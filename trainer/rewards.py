@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from trainer.advantage import compute_advantages, downweight, mixed_outcome, redistribute
+from trainer.advantage import compute_advantages, downweight, mixed_outcome, needs_grading, redistribute
 from trainer.config import AdvantageConfig
 from trainer.groups import RolloutGroup
 
@@ -64,11 +64,13 @@ def base_advantages(groups: list[RolloutGroup], a: AdvantageConfig) -> Tensor:
 
 
 def needs_ranking(groups: list[RolloutGroup], base: Tensor) -> list[bool]:
-    """GAGAR moves advantage only between passing rollouts with A > 0: with fewer than two of them the judge's
-    ranking would change nothing, so it is not asked."""
+    """GAGAR moves advantage only between passing rollouts with A > 0 (`needs_grading`), and a lone passing
+    rollout has nothing to be ranked against: elsewhere the judge's ranking would change nothing, so it is not
+    asked."""
     passed, valid = masks(groups)
-    pos = passed & valid & (base > 0)
-    return [int(n) >= 2 for n in pos.sum(1).tolist()]
+    ok = passed & valid
+    need = needs_grading(base, ok) & (ok.sum(1) >= 2)
+    return [bool(n) for n in need.tolist()]
 
 
 def quality_weights(groups: list[RolloutGroup]) -> tuple[Tensor, Tensor]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from sandbox.jsonl import JsonlError, read_jsonl
 from sandbox.records import Instance
 from trainer.agent.prompts import single_turn_messages
 from trainer.agent.tokens import Conversation
@@ -31,9 +32,9 @@ _MARKER = "gagar_warmstart.json"
 
 def _read_jsonl(path: Path) -> list[dict]:
     try:
-        return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"warmstart: cannot read {path}: {exc}") from exc
+        return read_jsonl(path)
+    except JsonlError as exc:
+        raise ValueError(f"warmstart: {exc}") from exc
 
 
 def clean_patch(patch: str) -> str:

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from pathlib import Path
@@ -15,16 +14,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from sandbox.jsonl import read_jsonl  # noqa: E402
 from sandbox.records import Instance  # noqa: E402
 from trainer.agent.prompts import single_turn_messages  # noqa: E402
 
 
 def rows(tasks_dir: Path, max_context_chars: int) -> list[dict]:
     out = []
-    for i, line in enumerate((tasks_dir / "instances.jsonl").read_text().splitlines()):
-        if not line.strip():
-            continue
-        inst = Instance.from_dict(json.loads(line))
+    for i, row in enumerate(read_jsonl(tasks_dir / "instances.jsonl")):
+        inst = Instance.from_dict(row)
         out.append({
             "data_source": "gagar_swe",
             "prompt": single_turn_messages(inst, tasks_dir / "repos", max_context_chars),

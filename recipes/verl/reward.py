@@ -39,7 +39,7 @@ def _instances() -> dict[str, Instance]:
     global _INSTANCES
     with _LOCK:
         if _INSTANCES is None:
-            from sandbox.cli import load_instances
+            from sandbox.inputs import load_instances
 
             notes: list[str] = []
             _INSTANCES = load_instances(_tasks_dir() / "instances.jsonl", notes)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import JsonlError, read_jsonl
 from sandbox.report import atomic_write_text
 
 FORMAT = "gagar-experiment-verdicts/2"
@@ -63,15 +64,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise VerdictError(f"{path} not found: build the bundled tasks first "
                            f"(`.venv/bin/python examples/build_tasks.py --out {path.parent}`)")
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise VerdictError(f"{path}:{i}: not valid JSON ({exc})") from exc
-    return rows
+    try:
+        return read_jsonl(path)
+    except JsonlError as exc:
+        raise VerdictError(str(exc)) from exc
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -46,7 +46,7 @@ REWARD_COLUMNS = ("gagar_patch", "gagar_instance")
 def _groups_to_grade(data: DataProto, config: Any, opts: dict) -> tuple[list[Any], np.ndarray]:
     """Grader groups (rollout id = row number) for the batch's groups that need grading, and the hacked mask."""
     from grader.records import Candidate, Group
-    from sandbox.cli import load_instances
+    from sandbox.inputs import load_instances
 
     nt = data.non_tensor_batch
     missing = [k for k in (opts["passed_key"], *REWARD_COLUMNS) if k not in nt]
