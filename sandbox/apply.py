@@ -149,9 +149,11 @@ def _require_repo(tree: Path) -> None:
 
 
 def apply_patch(
-    tree: Path, patch: bytes | str, *, base_commit: str, max_bytes: int = DEFAULT_MAX_BYTES
+    tree: Path, patch: bytes | str, *, base_commit: str, max_bytes: int = DEFAULT_MAX_BYTES, fresh: bool = False
 ) -> ApplyOutcome:
-    """Apply `patch` to the git work tree `tree` (reset to `base_commit` first); see the module docstring.
+    """Apply `patch` to the git work tree `tree` (reset to `base_commit` first, unless `fresh`: a copy just
+    made of a clean checkout of `base_commit`, where the reset's three git calls change nothing); see the
+    module docstring.
 
     Raises `PatchRejected`/`EmptyPatch` (validation or the post-apply audit); returns
     `ApplyOutcome(applied=False, method=None, log=...)` when no method of the chain applies it, with the tree
@@ -159,7 +161,8 @@ def apply_patch(
     """
     tree = Path(tree)
     _require_repo(tree)
-    _reset(tree, base_commit)
+    if not fresh:
+        _reset(tree, base_commit)
     info = validate_patch(patch, tree, max_bytes=max_bytes)
     git_before = _git_state(tree)
     patch_file = _write_temp(info.data)

@@ -124,7 +124,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
         report_dir, report_root = channel.report_dir, channel.root
         ws.copy(tree)
         try:
-            applied = apply_patch(tree, patch, base_commit=instance.base_commit, max_bytes=config.max_patch_bytes)
+            applied = apply_patch(tree, patch, base_commit=instance.base_commit, max_bytes=config.max_patch_bytes,
+                                  fresh=True)  # ws.copy just made it from the clean base checkout
         except EmptyPatch as exc:
             return finish("empty_patch", str(exc) or "the patch changes nothing")
         except PatchRejected as exc:
