@@ -18,7 +18,7 @@ def test_docker_hosts_is_retired_with_a_pointer_to_ray():
     cfg = ROOT / "configs" / "tiny.yaml"
     with pytest.raises(ConfigError, match=r"sandbox\.docker_hosts was retired.*executor: ray"):
         load_config(cfg, ["sandbox.docker_hosts=[tcp://a:2376]"])
-    with pytest.raises(ConfigError, match="sandbox.executor must be local or ray"):
+    with pytest.raises(ConfigError, match=r"sandbox\.executor must be .*local or ray"):
         load_config(cfg, ["sandbox.executor=k8s"])
 
 
