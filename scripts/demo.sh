@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo`'s main job: RL post-training of a tiny code agent on the bundled tasks, end to end on CPU —
-# warm start, then steps of: rollouts → Docker sandbox → dynamic sampling → grader → GAPO+GAGAR advantages →
+# warm start, then steps of: rollouts → Docker sandbox → dynamic sampling → grader → GRPO+GAGAR advantages →
 # clipped policy-gradient update. Prints the per-step view and the run summary; plots go to the run dir.
 #   bash scripts/demo.sh WORKDIR        (make demo passes .gagar; tasks are built by `make tasks`)
 set -euo pipefail
