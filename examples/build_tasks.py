@@ -98,8 +98,10 @@ def load_task(task_dir: Path) -> dict[str, Any]:
     if spec["language"] not in TEST_FRAMEWORK:
         raise TaskError(f"{task_dir.name}: unknown language {spec['language']!r}")
     kinds = {r["kind"] for r in spec["rollouts"]}
-    if not {"gold", "minimal", "bloated", "unrelated", "wrong", "tamper"} <= kinds:
-        raise TaskError(f"{task_dir.name}: rollouts must include gold, minimal, bloated, unrelated, wrong, tamper")
+    # The environment tasks (examples/env_tasks) exercise env images and validate, not the grader: fewer kinds.
+    required = spec.get("required_kinds") or ["gold", "minimal", "bloated", "unrelated", "wrong", "tamper"]
+    if not set(required) <= kinds:
+        raise TaskError(f"{task_dir.name}: rollouts must include {', '.join(required)}")
     spec["slug"] = task_dir.name
     spec["base_dir"] = task_dir / "repo"
     return spec
@@ -221,6 +223,8 @@ def build_task(spec: dict[str, Any], scratch: Path) -> tuple[dict, list[dict], l
         "test_framework": TEST_FRAMEWORK[language],
         "language": language,
     }
+    if spec.get("env"):  # an environment spec (docs/environments.md): the sandbox builds an env image from it
+        instance["env"] = spec["env"]
     expected = []
     for r in rollouts:
         status = KIND_STATUS[r["kind"]]
@@ -258,18 +262,19 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def task_dirs() -> list[Path]:
-    return sorted(p for p in TASKS_DIR.iterdir() if (p / "task.yaml").is_file())
+def task_dirs(tasks_dir: Path | None = None) -> list[Path]:
+    return sorted(p for p in (tasks_dir or TASKS_DIR).iterdir() if (p / "task.yaml").is_file())
 
 
-def build_tasks(out_dir: str | os.PathLike[str], only: list[str] | None = None) -> dict[str, Any]:
+def build_tasks(out_dir: str | os.PathLike[str], only: list[str] | None = None,
+                tasks_dir: Path | None = None) -> dict[str, Any]:
     """Build every task into `out_dir`; return {"instances": [...], "expected": [...], ...} as written."""
     out = Path(out_dir)
     repos = out / "repos"
     repos.mkdir(parents=True, exist_ok=True)
     instances, predictions, expected, groups, labels = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="gagar-tasks-", dir=out) as tmp:
-        for task_dir in task_dirs():
+        for task_dir in task_dirs(tasks_dir):
             if only and task_dir.name not in only:
                 continue
             spec = load_task(task_dir)
@@ -315,9 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output directory (e.g. .gagar/tasks)")
     parser.add_argument("--only", nargs="*", help="task directory names to build (default: all)")
+    parser.add_argument("--tasks-dir", type=Path, help="where the task dirs are (default examples/tasks; "
+                        "examples/env_tasks holds the tasks with environment specs)")
     args = parser.parse_args(argv)
     try:
-        files = build_tasks(args.out, args.only)
+        files = build_tasks(args.out, args.only, args.tasks_dir)
     except (TaskError, OSError, yaml.YAMLError) as exc:
         print(f"build_tasks: {exc}", file=sys.stderr)
         return 2

@@ -15,17 +15,24 @@ def _err(prog: str, msg: str) -> int:
 
 # ----------------------------------------------------------------------------------------------- image
 def image_main(argv: list[str]) -> int:
-    from sandbox import images
+    from sandbox import envcli, images, toolchains
+
+    if envcli.handles(argv):  # environment images: build --instances, ls, prune
+        return envcli.image_main(argv)
 
     p = argparse.ArgumentParser(prog="gagar image", description="Build or list the sandbox base images (offline).")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="debootstrap + docker import; skipped when the recipe's image exists")
-    b.add_argument("names", nargs="*", help=f"images to build: {', '.join(images.RECIPES)}")
-    b.add_argument("--all", action="store_true", help="build every image")
+    b.add_argument("names", nargs="*", help=f"images to build: {', '.join(toolchains.ALL_RECIPES)}")
+    b.add_argument("--all", action="store_true", help=f"build the default images ({', '.join(images.RECIPES)})")
+    b.add_argument("--instances", nargs="+", help="build the environment images these instances need "
+                   "(with --repos-dir, --env-specs, --max-workers; see docs/environments.md)")
     b.add_argument("--force", action="store_true", help="rebuild even when an image with the recipe hash exists")
     b.add_argument("--mirror", help="Debian mirror URL (default: the one in apt's sources, or $GAGAR_DEBIAN_MIRROR)")
     b.add_argument("--jobs", type=int, default=3, help="images built at once (default 3; mostly download-bound)")
     sub.add_parser("list", help="show each image, its recipe hash and whether it is built")
+    sub.add_parser("ls", help="every gagar image (base and environment): size and what uses it")
+    sub.add_parser("prune", help="remove environment images no given instance file needs")
     args = p.parse_args(argv)
 
     if args.cmd == "list":
@@ -45,9 +52,10 @@ def image_main(argv: list[str]) -> int:
     names = list(images.RECIPES) if args.all else args.names
     if not names:
         return _err("gagar image build", "name the images to build or pass --all")
-    unknown = [n for n in names if n not in images.RECIPES]
+    unknown = [n for n in names if n not in toolchains.ALL_RECIPES]
     if unknown:
-        return _err("gagar image build", f"unknown image(s) {', '.join(unknown)}; known: {', '.join(images.RECIPES)}")
+        return _err("gagar image build",
+                    f"unknown image(s) {', '.join(unknown)}; known: {', '.join(toolchains.ALL_RECIPES)}")
     try:
         client = images._client()
     except images.ImageError as exc:
@@ -55,7 +63,7 @@ def image_main(argv: list[str]) -> int:
 
     def one(name: str) -> str | None:
         try:
-            images.build_image(images.RECIPES[name], force=args.force, mirror=args.mirror, client=client)
+            images.build_image(toolchains.ALL_RECIPES[name], force=args.force, mirror=args.mirror, client=client)
             return None
         except images.ImageError as exc:
             return str(exc)
@@ -102,6 +110,8 @@ def eval_main(argv: list[str]) -> int:
                    "ray starts a local Ray for this run and shuts it down after")
     p.add_argument("--redo", action="store_true", help="re-evaluate predictions already in results.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--env-specs", help="environment specs for instances without `env`: JSON {repo: {version: "
+                   "spec}}, or `swebench` (needs the swebench package); see docs/environments.md")
     args = p.parse_args(argv)
     prog = "gagar eval"
 
@@ -147,15 +157,21 @@ def eval_main(argv: list[str]) -> int:
         return _err(prog, f"--report-dir {args.report_dir}: cannot create {run_dir} ({exc})")
 
     notes: list[str] = []
+    from sandbox.envspec import SpecError, load_spec_file
+
     try:
+        env_specs = load_spec_file(args.env_specs) if args.env_specs else None
         instances = load_instances(args.instances, notes)
         predictions = load_predictions(args.predictions, notes)
-    except InputError as exc:
+    except (InputError, SpecError) as exc:
         return _err(prog, str(exc))
     for n in notes:
         print(f"{prog}: warning: {n}", file=sys.stderr)
     if not instances:
         return _err(prog, f"{args.instances}: no instances")
+    from sandbox.envspec import apply_specs
+
+    apply_specs(instances, env_specs)  # the spec travels with the instance (to Ray workers too)
     if not predictions:
         return _err(prog, f"{args.predictions}: no predictions to evaluate")
     unknown = sorted({pr.instance_id for pr in predictions if pr.instance_id not in instances})

@@ -64,10 +64,14 @@ def _records(path: Path, what: str, notes: list[str]) -> list[tuple[int, dict]]:
 
 
 def load_instances(path: Path, notes: list[str]) -> dict[str, Instance]:
+    from sandbox.envspec import SpecError
+
     out: dict[str, Instance] = {}
     for pos, r in _records(Path(path), "instances", notes):
         try:
             inst = Instance.from_dict(r)
+        except SpecError as exc:  # a bad env spec is not a broken line: stop before anything runs
+            raise InputError(f"{path} record {pos}: {exc}") from exc
         except ValueError as exc:
             notes.append(f"{path} record {pos}: {exc}; skipped")
             continue

@@ -27,6 +27,15 @@ def _as_list(value: Any, name: str, instance_id: str) -> list[str]:
     return list(value)
 
 
+def _env(value: Any, instance_id: str) -> dict[str, Any] | None:
+    """Validated env spec (a SpecError — bad input that stops the run — on unknown keys or wrong types)."""
+    if value in (None, {}):
+        return None
+    from sandbox.envspec import EnvSpec
+
+    return EnvSpec.from_dict(value, f"instance {instance_id}: env").to_dict()
+
+
 @dataclass
 class Instance:
     instance_id: str
@@ -41,6 +50,11 @@ class Instance:
     test_framework: str = "pytest"
     image: str | None = None
     language: str | None = None
+    # Environments (shared/DESIGN.md "Environments for real repositories"): SWE-bench's version and
+    # environment_setup_commit, and an `env` spec (dict with sandbox.envspec.KEYS, validated on load).
+    version: str | None = None
+    environment_setup_commit: str | None = None
+    env: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Instance:
@@ -63,6 +77,9 @@ class Instance:
             test_framework=d.get("test_framework") or "pytest",
             image=d.get("image") or None,
             language=d.get("language") or None,
+            version=None if d.get("version") in (None, "") else str(d["version"]),
+            environment_setup_commit=d.get("environment_setup_commit") or None,
+            env=_env(d.get("env"), iid),
         )
 
     @property

@@ -11,6 +11,7 @@ import functools
 import logging
 import re
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -26,8 +27,9 @@ import requests
 from sandbox import container as ctr
 from sandbox import integrity
 from sandbox.config import SandboxConfig
+from sandbox.envimage import prepare_images
 from sandbox.group import RolloutGroup, Slot, discard_slot
-from sandbox.images import ImageError, select_image
+from sandbox.images import ImageError
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
 from sandbox.report import (
     ResultWriter,
@@ -37,6 +39,7 @@ from sandbox.report import (
     log_dir_for,
     resume_done,
 )
+from sandbox.toolchains import build_failure, go_requires
 from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,10 @@ def _image_missing(image: str) -> str | None:
         return f"image {image!r} not found; build it with `gagar image build --all` or pass --image"
     except (docker.errors.DockerException, ctr.SandboxInfraError) as exc:
         return f"cannot reach the Docker engine ({exc})"
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, config: SandboxConfig, image: str,
@@ -177,6 +184,11 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
         res.tests_status = graded.tests_status if isinstance(graded.tests_status, TestsStatus) else TestsStatus(
             **graded.tests_status)
         res.resolved = bool(graded.resolved)
+        cause = None if res.resolved else build_failure(
+            framework, outcome.output, tests_ran=bool(parsed.statuses), patch_paths=info.paths,
+            declared_modules=go_requires(ws.base) if framework == "go" else ())
+        if cause:  # the environment, not the patch, kept the suite from building
+            return finish("infra_error", cause)
         error = None
         reasons = integrity.check(instance, parsed, report_dir=report_dir, output=outcome.output,
                                   exit_code=outcome.exit_code, channel=live, undefined=undefined, static=static)
@@ -268,6 +280,7 @@ def evaluate_predictions(
     extra_report: dict | None = None,
     on_result: Callable[[EvalResult], None] | None = None,
     stop: threading.Event | None = None,
+    env_specs: dict | None = None,
 ) -> list[EvalResult]:
     """Evaluate `predictions` against `instances`; returns one result per known prediction, in input order.
     With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished.
@@ -292,14 +305,11 @@ def evaluate_predictions(
     order: dict[str, list[Prediction]] = {}
     for p in todo:
         order.setdefault(p.instance_id, []).append(p)
-    images: dict[str, str | None] = {iid: None for iid in order}
-    image_errors: dict[str, str] = {}
-    for iid in order:
-        inst = instances[iid]
-        try:
-            images[iid] = select_image(inst.image, inst.language, inst.test_framework, config.image)
-        except ImageError as exc:
-            image_errors[iid] = str(exc)
+    # Base image, toolchain or environment image per instance; env images are built here, once per spec.
+    images, image_errors, env_extra = prepare_images(
+        [instances[iid] for iid in order], repos_dir=config.repos_dir, specs=env_specs, override=config.image,
+        max_workers=config.max_workers, log_dir=run_dir / "env-builds" if run_dir else None,
+        say=_say if progress else log.info)
     missing = {img: _image_missing(img) for img in {v for v in images.values() if v}}
     for iid, img in images.items():
         if img and missing.get(img):
@@ -307,8 +317,8 @@ def evaluate_predictions(
     starter = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gagar-start")
     call = ctr.new_call_id()  # this call's containers, and only they, are removed when it stops
     groups = {iid: RolloutGroup(instances[iid], len(ps), config, None if iid in image_errors else images[iid],
-                                _test_env(instances[iid]), starter, call=call,
-                                pythonpath=_image_pythonpath(images[iid]) if images[iid] else None)
+                                {**_test_env(instances[iid]), **env_extra.get(iid, {})}, starter, call=call,
+                                pythonpath=_image_pythonpath(images[iid]) if images.get(iid) else None)
               for iid, ps in order.items()}
     chain = list(groups.values())
     for g, nxt in zip(chain, chain[1:], strict=False):

@@ -1,0 +1,3 @@
+from .server import ServerConfig, from_mapping, to_mapping
+
+__all__ = ["ServerConfig", "from_mapping", "to_mapping"]
