@@ -8,7 +8,7 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: setup venv docker images tasks demo test test-full lint bench reliability judge clean
+.PHONY: setup venv docker images tasks env-tasks demo test test-full lint bench reliability judge clean
 
 setup: venv docker images tasks
 
@@ -34,6 +34,10 @@ images: venv docker
 
 tasks: venv
 	$(PY) examples/build_tasks.py --out $(TASKS)
+
+# Tasks whose tests need pip packages: their environment images are built on demand (docs/environments.md).
+env-tasks: venv
+	$(PY) examples/build_tasks.py --tasks-dir examples/env_tasks --out $(WORK)/env-tasks
 
 demo: setup
 	bash scripts/demo.sh $(WORK)

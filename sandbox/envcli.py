@@ -76,6 +76,7 @@ def image_main(argv: list[str]) -> int:
     b.add_argument("--log-dir", type=Path, help="build logs (default ~/.cache/gagar/env-builds)")
     ls = sub.add_parser("ls", help="gagar images: size and what uses them")
     _common(ls, False)
+    ls.add_argument("--json", action="store_true", help="one JSON object per image instead of a table")
     pr = sub.add_parser("prune", help="remove environment images no given instance file needs")
     _common(pr, True)
     pr.add_argument("--dry-run", action="store_true", help="only list what would be removed")
@@ -97,7 +98,7 @@ def image_main(argv: list[str]) -> int:
     if args.cmd == "build":
         return _build(targets, client, args)
     if args.cmd == "ls":
-        return _ls(targets, client)
+        return _ls(targets, client, args.json)
     return _prune(targets, client, args.dry_run)
 
 
@@ -155,10 +156,16 @@ def _rows(client, targets: dict) -> list[dict]:
     return sorted(uniq.values(), key=lambda r: (r["kind"], r["image"]))
 
 
-def _ls(targets: dict, client) -> int:
+def _ls(targets: dict, client, as_json: bool) -> int:
+    import json
+
     from rich.console import Console
     from rich.table import Table
 
+    if as_json:
+        for r in _rows(client, targets):
+            print(json.dumps(r))
+        return 0
     t = Table("image", "kind", "size MB", "created", "built for", "used by")
     for r in _rows(client, targets):
         used = (f"{len(r['used_by'])}: " + ", ".join(r["used_by"][:3]) + (" …" if len(r["used_by"]) > 3 else "")

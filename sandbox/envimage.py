@@ -39,6 +39,8 @@ CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundl
 BUILD_CA = "/gagar/build-ca.crt"
 VENV = "/opt/venv"
 BUILD_LABELS = {"gagar.sandbox": "1", "gagar.run": "env-build"}
+# Labels a layered image would inherit from its base, blanked on commit: `gagar.recipe` marks a base image.
+INHERITED_LABELS = ("gagar.recipe",)
 BUILD_TIMEOUT = float(os.environ.get("GAGAR_ENV_BUILD_TIMEOUT", "1800"))
 
 
@@ -241,7 +243,7 @@ def _build_layer(client: docker.DockerClient, base_ref: str, script: str, *, log
             raise EnvBuildError(f"{what} failed to build: {cause} (log: {log_path})")
         # The build container's own labels would be inherited by every container of the image (and make
         # `gagar sandbox gc` treat a user's container as ours): blank them.
-        c.commit(repository=repository, tag=tag, changes=changes + [f'LABEL {k}=""' for k in BUILD_LABELS])
+        c.commit(repository=repository, tag=tag, changes=changes + [f'LABEL {k}=""' for k in (*BUILD_LABELS, *INHERITED_LABELS)])
     except (docker.errors.DockerException, OSError) as exc:
         raise EnvBuildError(f"{what}: {exc} (log: {log_path})") from exc
     finally:

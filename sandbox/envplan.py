@@ -22,7 +22,7 @@ from sandbox.envspec import EnvSpec, SpecError, spec_for
 from sandbox.images import select_image
 from sandbox.toolchains import ALL_RECIPES, GoMod, ToolchainError, base_for, parse_go_mod
 
-ENV_FORMAT = 1  # bumped when the build procedure changes, so old environment images stop matching
+ENV_FORMAT = 2  # bumped when the build procedure changes, so old environment images stop matching
 FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "go": "go", "junit": "java"}
 GO_MODCACHE = "/opt/gomodcache"
 

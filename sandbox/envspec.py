@@ -108,6 +108,9 @@ def parse_spec_map(data: Any, where: str) -> dict[str, dict[str, EnvSpec]]:
             raise SpecError(f"{where}: {repo} must map versions to specs ({shape})")
         out[repo] = {}
         for version, spec in versions.items():
+            if not isinstance(spec, dict):
+                raise SpecError(f"{where}: {repo} version {version!r} maps to {type(spec).__name__}, not a spec "
+                                f"object ({shape})")
             out[repo][str(version)] = EnvSpec.from_dict(spec, f"{where}: {repo} version {version}")
     return out
 

@@ -157,7 +157,9 @@ def _client(timeout: int = 900) -> docker.DockerClient:
 
 
 def find_image(client: docker.DockerClient, recipe: Recipe) -> docker.models.images.Image | None:
-    found = client.images.list(filters={"label": f"gagar.recipe={recipe.hash}"})
+    # Both labels: an image layered on this one (an environment image) inherits its labels, and must never be
+    # taken for the base (and retagged `:latest`).
+    found = client.images.list(filters={"label": [f"gagar.recipe={recipe.hash}", f"gagar.image={recipe.name}"]})
     return found[0] if found else None
 
 

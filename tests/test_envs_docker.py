@@ -1,0 +1,182 @@
+"""Environment images end to end on the bundled env tasks (examples/env_tasks): built from their specs with pip
+packages from the registry, gold resolves there and fails in the plain base image, a missing dependency is an
+infra_error naming it, the build is cached and locked, validate flags the planted flaky tests.
+
+The two env images (≈40 s each on a quiet machine, a few minutes under load) are built once per machine: their
+tags are content hashes, so later runs find them. The trixie toolchain images are exercised with GAGAR_FULL=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sandbox_fixtures import require_docker
+
+from sandbox.cli import eval_main, image_main
+from sandbox.envspec import load_spec_file
+from sandbox.images import RECIPES
+from sandbox.records import Instance
+from sandbox.validate import main as validate_main
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[1]
+ENV_TASKS = ROOT / "examples" / "env_tasks"
+SPECS = str(ENV_TASKS / "env_specs.json")
+MAIN = ("acme__confkit-77", "acme__verpin-12")
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_docker()
+    out = tmp_path_factory.mktemp("env-tasks")
+    subprocess.run([sys.executable, str(ROOT / "examples" / "build_tasks.py"), "--tasks-dir", str(ENV_TASKS),
+                    "--out", str(out)], check=True, capture_output=True)
+    return out
+
+
+def _jsonl(p: Path) -> list[dict]:
+    return [json.loads(ln) for ln in p.read_text().splitlines() if ln.strip()]
+
+
+def _write(p: Path, rows: list[dict]) -> Path:
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def _eval(tasks: Path, out: Path, run: str, instances: Path, preds: list[dict], *extra: str) -> dict:
+    pp = _write(out / f"{run}-preds.jsonl", preds)
+    rc = eval_main(["--instances", str(instances), "--predictions", str(pp), "--repos-dir", str(tasks / "repos"),
+                    "--run-id", run, "--report-dir", str(out), "--env-specs", SPECS, "--no-progress", *extra])
+    assert rc == 0
+    return {(r["instance_id"], r["rollout_id"]): r for r in _jsonl(out / run / "results.jsonl")}
+
+
+@pytest.fixture(scope="module")
+def built(tasks: Path) -> Path:
+    """`gagar image build --instances` once (a cache hit on a machine that built these specs before)."""
+    rc = image_main(["build", "--instances", str(tasks / "instances.jsonl"), "--repos-dir", str(tasks / "repos"),
+                     "--env-specs", SPECS, "--max-workers", "2"])
+    assert rc == 0
+    return tasks
+
+
+def test_env_images_resolve_gold_and_base_image_fails(built: Path, tmp_path: Path, capsys) -> None:
+    tasks = built
+    preds = [p for p in _jsonl(tasks / "predictions.jsonl") if p["instance_id"] in MAIN]
+    expected = {(e["instance_id"], e["rollout_id"]): e for e in _jsonl(tasks / "expected.jsonl")}
+    res = _eval(tasks, tmp_path, "env", tasks / "instances.jsonl", preds)
+    assert {k: r["status"] for k, r in res.items()} == {k: expected[k]["status"] for k in res}
+    assert sum(r["resolved"] for r in res.values()) == 4  # gold + minimal of both tasks
+    # The same gold patches in the plain base image: cattrs / tomlkit / the installed package are missing.
+    gold = [p for p in preds if p["rollout_id"] == "gold"]
+    base = _eval(tasks, tmp_path, "base", tasks / "instances.jsonl", gold, "--image", "gagar-python:latest")
+    assert [r["status"] for r in base.values()] == ["unresolved", "unresolved"]
+    # A second build is a cache hit: nothing rebuilt.
+    capsys.readouterr()
+    assert image_main(["build", "--instances", str(tasks / "instances.jsonl"), "--repos-dir",
+                       str(tasks / "repos"), "--env-specs", SPECS]) == 0
+    assert capsys.readouterr().out.count("up to date") == 2
+    # `image ls` names the users of each env image.
+    assert image_main(["ls", "--instances", str(tasks / "instances.jsonl"), "--repos-dir", str(tasks / "repos"),
+                       "--env-specs", SPECS, "--json"]) == 0
+    rows = {r["image"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    used = {i for r in rows.values() if r["kind"] == "env" for i in r["used_by"]}
+    assert used == set(MAIN) and rows[f"gagar-python:{RECIPES['gagar-python'].tag}"]["used_by"] == ["acme__retrykit-5"]
+
+
+def test_missing_dependency_is_an_infra_error_naming_it(built: Path, tmp_path: Path) -> None:
+    tasks = built
+    row = next(r for r in _jsonl(tasks / "instances.jsonl") if r["instance_id"] == "acme__confkit-77")
+    row["env"] = {"python": "3.11", "pip_packages": ["attrs==23.2.0", "gagar-no-such-package-4711==1.0"]}
+    inst = _write(tmp_path / "i.jsonl", [row])
+    preds = [{"instance_id": row["instance_id"], "rollout_id": r, "model_patch": row["patch"]} for r in ("a", "b")]
+    res = _eval(tasks, tmp_path, "missing", inst, preds)
+    errors = {r["error"] for r in res.values()}
+    assert {r["status"] for r in res.values()} == {"infra_error"} and len(errors) == 1  # built (tried) once
+    err = errors.pop()
+    assert "pip cannot find gagar-no-such-package-4711==1.0" in err
+    log = Path(err.rsplit("(log: ", 1)[1].rstrip(")"))
+    assert log.is_file() and "No matching distribution" in log.read_text()
+    assert log.parent == tmp_path / "missing" / "env-builds"
+
+
+def test_concurrent_builds_of_one_image_build_it_once(built: Path) -> None:
+    import docker
+
+    from sandbox.envimage import build_env_image
+    from sandbox.envplan import plan_instance
+
+    tasks = built
+    row = next(r for r in _jsonl(tasks / "instances.jsonl") if r["instance_id"] == "acme__retrykit-5")
+    # A spec no other test uses (a venv and nothing else), so this test really builds it.
+    inst = Instance.from_dict({**row, "env": {"python": "3.11", "pre_install": [f"echo {os.getpid()}"]}})
+    plan = plan_instance(inst, tasks / "repos", None).plan
+    client = docker.from_env(timeout=900)
+    outcomes: list[bool] = []
+    msgs: list[str] = []
+
+    def one() -> None:
+        outcomes.append(build_env_image(plan, client=docker.from_env(timeout=900), say=msgs.append)[1])
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == [False, True], msgs
+        assert any("built meanwhile by another run" in m for m in msgs)
+    finally:
+        try:
+            client.images.remove(plan.ref)
+        except docker.errors.DockerException:
+            pass
+
+
+def test_validate_flags_planted_flaky_tests(built: Path, tmp_path: Path) -> None:
+    tasks = built
+    args = ["--instances", str(tasks / "instances.jsonl"), "--repos-dir", str(tasks / "repos"), "--env-specs",
+            SPECS, "--out", str(tmp_path / "v")]
+    assert validate_main(args) == 0
+    rep = json.loads((tmp_path / "v" / "validate_report.json").read_text())
+    assert sorted(r["instance_id"] for r in _jsonl(tmp_path / "v" / "validated.jsonl")) == sorted(MAIN)
+    flaky = rep["per_instance"]["acme__retrykit-5"]["flaky"]
+    # 8 planted tests, each passing half the time: a miss needs 6 equal outcomes (p = 1/32) for all 8 at once.
+    assert flaky and all("test_jitter_stays_small" in t for t in flaky)
+    assert rep["invalid_ids"] == ["acme__retrykit-5"] and rep["per_instance"]["acme__confkit-77"]["runs"] == {
+        "base": ["unresolved"] * 3, "gold": ["resolved"] * 3}
+    # --drop-flaky reuses the same runs (nothing re-evaluated) and removes the flagged tests from the lists.
+    assert validate_main([*args, "--drop-flaky"]) == 0
+    rows = {r["instance_id"]: r for r in _jsonl(tmp_path / "v" / "validated.jsonl")}
+    if "acme__retrykit-5" in rows:
+        assert not set(flaky) & set(rows["acme__retrykit-5"]["PASS_TO_PASS"])
+    assert set(MAIN) <= set(rows)
+
+
+def test_prune_keeps_what_instance_files_need(built: Path, tmp_path: Path, capsys) -> None:
+    tasks = built
+    only_conf = _write(tmp_path / "i.jsonl", [r for r in _jsonl(tasks / "instances.jsonl")
+                                             if r["instance_id"] == "acme__confkit-77"])
+    capsys.readouterr()
+    assert image_main(["prune", "--instances", str(only_conf), "--repos-dir", str(tasks / "repos"),
+                       "--env-specs", SPECS, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "would remove" in out and "gagar-env-acme-verpin:" in out and "gagar-env-acme-confkit:" not in out
+    assert load_spec_file(SPECS)  # the spec file is untouched by all this
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("GAGAR_FULL"), reason="builds the trixie toolchain image (GAGAR_FULL=1)")
+def test_python_313_env_on_trixie(built: Path, tmp_path: Path) -> None:
+    tasks = built
+    row = next(r for r in _jsonl(tasks / "instances.jsonl") if r["instance_id"] == "acme__confkit-77")
+    row["env"] = {**row["env"], "python": "3.13"}
+    res = _eval(tasks, tmp_path, "py313", _write(tmp_path / "i.jsonl", [row]),
+                [{"instance_id": row["instance_id"], "rollout_id": "gold", "model_patch": row["patch"]}])
+    assert [r["status"] for r in res.values()] == ["resolved"]
