@@ -125,6 +125,9 @@ def main(argv: list[str]) -> int:
         print(f"{prog}: warning: {n}", file=sys.stderr)
     if not instances:
         return _err(prog, f"{args.instances}: no instances")
+    from sandbox.envspec import apply_specs
+
+    apply_specs(instances, specs)
     try:
         config = SandboxConfig(repos_dir=args.repos_dir.resolve(), image=args.image, timeout=args.timeout,
                                max_workers=args.max_workers, run_id=args.run_id)
@@ -133,7 +136,7 @@ def main(argv: list[str]) -> int:
         return _err(prog, str(exc))
     preds = validation_predictions(list(instances.values()), args.repeats)
     results = evaluate_predictions(instances, preds, config, run_dir=args.out / "runs" / args.run_id,
-                                   redo=args.redo, progress=True, env_specs=specs)
+                                   redo=args.redo, progress=True)
     by_inst: dict[str, list[EvalResult]] = defaultdict(list)
     for r in results:
         by_inst[r.instance_id].append(r)
