@@ -125,9 +125,12 @@ def plan_instance(instance: Any, repos_dir: Path | None, specs: dict[str, dict[s
         raise EnvInputError(f"instance {instance.instance_id}: cannot tell its language; set `language`")
     clone = Path(repos_dir or ".") / instance.repo.replace("/", "__")
     commit = getattr(instance, "environment_setup_commit", None) or instance.base_commit
+    usable = clone.is_dir() and git_at(clone, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode == 0
+    if not usable and spec is None:  # Go without a spec: the default toolchain; the workspace reports the clone
+        return EnvTarget(select_image(None, instance.language, instance.test_framework))
     if not clone.is_dir():
         raise EnvInputError(f"instance {instance.instance_id}: no clone at {clone}")
-    if git_at(clone, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode != 0:
+    if not usable:
         raise EnvInputError(f"instance {instance.instance_id}: commit {commit} is not in {clone}")
     spec = spec or EnvSpec()
     gomod: GoMod | None = None

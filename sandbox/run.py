@@ -309,7 +309,7 @@ def evaluate_predictions(
     images, image_errors, env_extra = prepare_images(
         [instances[iid] for iid in order], repos_dir=config.repos_dir, specs=env_specs, override=config.image,
         max_workers=config.max_workers, log_dir=run_dir / "env-builds" if run_dir else None,
-        say=_say if progress else log.info)
+        say=_say)  # a build takes minutes: always say so, progress bar or not
     missing = {img: _image_missing(img) for img in {v for v in images.values() if v}}
     for iid, img in images.items():
         if img and missing.get(img):
