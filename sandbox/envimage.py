@@ -224,16 +224,24 @@ def _build_layer(client: docker.DockerClient, base_ref: str, script: str, *, log
     # A bind mount in HostConfig only (`volumes=` would also declare a VOLUME that the commit keeps).
     mounts = [Mount(BUILD_CA, ca, type="bind", read_only=True)] if ca else []
     network = os.environ.get("GAGAR_BUILD_NETWORK", "bridge")
-    c = client.containers.create(base_ref, ["bash", "-c", script], user="0", working_dir="/testbed",
-                                 network_mode=network, mounts=mounts, labels=dict(BUILD_LABELS))
+    try:
+        c = _start_build(client, base_ref, script, network, mounts, source)
+        if c is None and network == "bridge":
+            # Engines started without a bridge (`--bridge=none`, dockerd inside a container, a deleted docker0)
+            # cannot attach one; the host's network is the only way out there. Said in the log.
+            network = "host"
+            c = _start_build(client, base_ref, script, network, mounts, source)
+    except docker.errors.DockerException as exc:
+        raise EnvBuildError(f"{what}: cannot create the build container: {exc}") from exc
+    if c is None:
+        raise EnvBuildError(f"{what}: cannot start a build container on network {network!r} "
+                            "(set GAGAR_BUILD_NETWORK)")
     killer = threading.Timer(BUILD_TIMEOUT, _kill, args=(c,))
     try:
-        if source is not None:
-            _copy_source(c, source)
-        c.start()
         killer.start()
         with open(log_path, "wb") as lf:
-            lf.write(f"# {header}\n# base {base_ref}, network {network}\n".encode())
+            lf.write(f"# {header}\n# base {base_ref}, network {network}"
+                     f"{' (no bridge on this engine)' if network == 'host' and 'GAGAR_BUILD_NETWORK' not in os.environ else ''}\n".encode())
             for chunk in c.logs(stream=True, follow=True):
                 lf.write(chunk)
         rc = c.wait(timeout=60).get("StatusCode")
@@ -252,6 +260,26 @@ def _build_layer(client: docker.DockerClient, base_ref: str, script: str, *, log
             c.remove(force=True)
         except docker.errors.DockerException:
             pass
+
+
+def _start_build(client: docker.DockerClient, base_ref: str, script: str, network: str, mounts: list,
+                 source: EnvPlan | None):
+    """A started build container with the source copied in, or None when the network cannot be attached."""
+    c = client.containers.create(base_ref, ["bash", "-c", script], user="0", working_dir="/testbed",
+                                 network_mode=network, mounts=mounts, labels=dict(BUILD_LABELS))
+    try:
+        if source is not None:
+            _copy_source(c, source)
+        c.start()
+        return c
+    except docker.errors.APIError as exc:
+        c.remove(force=True)
+        if "network" in str(exc) or "bridge" in str(exc) or "endpoint" in str(exc):
+            return None
+        raise EnvBuildError(f"cannot start a build container from {base_ref}: {exc}") from exc
+    except BaseException:
+        c.remove(force=True)
+        raise
 
 
 def _kill(c) -> None:
