@@ -24,8 +24,8 @@ def handles(argv: list[str]) -> bool:
 
 def load_for_env(instances: list[Path], env_specs: str | None, prog: str) -> tuple[list, dict | None]:
     """Instances from every file, and the spec map; raises SystemExit(2) with a message on bad input."""
-    from sandbox.cli import InputError, load_instances
     from sandbox.envspec import SpecError, load_spec_file
+    from sandbox.inputs import InputError, load_instances
 
     notes: list[str] = []
     out: dict = {}

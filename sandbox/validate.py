@@ -106,9 +106,9 @@ def main(argv: list[str]) -> int:
         return _err(prog, "--repeats must be at least 1")
     if not args.repos_dir.is_dir():
         return _err(prog, f"--repos-dir {args.repos_dir}: not a directory")
-    from sandbox.cli import InputError, _records, load_instances
     from sandbox.config import SandboxConfig
     from sandbox.envspec import SpecError, load_spec_file
+    from sandbox.inputs import InputError, _records, load_instances
     from sandbox.report import atomic_write_text
     from sandbox.run import evaluate_predictions
 
