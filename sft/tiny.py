@@ -230,18 +230,15 @@ def corpus_texts(path: str | os.PathLike) -> list[str]:
     without memorising one instance's problem statement by repetition (it recurs in every group of that
     instance), which would make held-out prompts tokenise longer than anything seen in training.
     """
+    from sandbox.jsonl import read_jsonl
+
     seen: dict[str, None] = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            for m in rec.get("messages") or [] if isinstance(rec, dict) else []:
-                c = m.get("content") if isinstance(m, dict) else None
-                if isinstance(c, str):
-                    for ln in c.splitlines():
-                        seen.setdefault(ln, None)
+    for rec in read_jsonl(path):  # records we wrote: a bad line is an error naming it, not a silent gap
+        for m in rec.get("messages") or []:
+            c = m.get("content") if isinstance(m, dict) else None
+            if isinstance(c, str):
+                for ln in c.splitlines():
+                    seen.setdefault(ln, None)
     return list(seen)
 
 
@@ -255,17 +252,14 @@ def frequent_lines(path: str | os.PathLike, *, share: float = 0.3, min_chars: in
 
     counts: Counter[str] = Counter()
     records = 0
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            records += 1
-            msgs = rec.get("messages") if isinstance(rec, dict) else None
-            lines = {ln for m in msgs or [] if isinstance(m, dict) and isinstance(m.get("content"), str)
-                     for ln in m["content"].splitlines() if len(ln) >= min_chars}
-            counts.update(lines)
+    from sandbox.jsonl import read_jsonl
+
+    for rec in read_jsonl(path):
+        records += 1
+        msgs = rec.get("messages")
+        lines = {ln for m in msgs or [] if isinstance(m, dict) and isinstance(m.get("content"), str)
+                 for ln in m["content"].splitlines() if len(ln) >= min_chars}
+        counts.update(lines)
     keep = [ln for ln, c in counts.items() if records and c >= share * records]
     return sorted(keep, key=lambda ln: (-len(ln), ln))[:limit]
 

@@ -185,3 +185,23 @@ def test_binary_default_lets_gagar_act_and_the_judge_is_skipped_where_it_cannot(
     _, adv = _pipeline(t, [g])
     assert [j for j, _ in rec.calls] == ["heuristic"]  # the hack check ran; the ranking did not
     assert adv[0, :3].tolist() == [0.0, 0.0, 0.0] and adv[0, 3] < 0
+
+
+def test_a_rollout_whose_agent_sandbox_failed_is_masked_not_evaluated(tasks, tmp_path):
+    t = _trainer(tasks)
+    t.instances = {IID: _instance(tasks)}
+    patches = _patches(tasks)
+    trajs = [Trajectory(IID, rid, [1, 2], [0, 1], 1, patches[rid]) for rid in ("minimal", "gold")]
+    trajs[1].infra_error = "agent container died: OOM"
+    sent: list = []
+
+    class Pool:
+        def evaluate_masked(self, instances, preds, run_dir, log):
+            sent.extend(p.rollout_id for p in preds)
+            return [EvalResult(IID, "m", p.rollout_id, "resolved", resolved=True) for p in preds]
+
+    t.pool = Pool()
+    (g,) = t.evaluate([trajs], tmp_path)
+    assert sent == ["minimal"]
+    assert [r.status for r in g.results] == ["resolved", "infra_error"] and g.valid == [True, False]
+    assert "OOM" in g.results[1].error

@@ -34,7 +34,7 @@ from trainer.agent import Trajectory
 from trainer.checkpoint import latest_checkpoint, resume_point, save_checkpoint
 from trainer.config import TrainConfig
 from trainer.generation import generate, record_behaviour_logprobs
-from trainer.groups import RolloutGroup, build_groups
+from trainer.groups import RolloutGroup, build_groups, infra_result
 from trainer.judging import Judge
 from trainer.metrics import MetricsWriter, step_row
 from trainer.plots import plot_metrics
@@ -94,9 +94,13 @@ class Trainer:
         return trajs
 
     def evaluate(self, trajs: list[list[Trajectory]], run_dir: Path) -> list[RolloutGroup]:
+        """Every patch through the sandbox; a rollout whose own sandbox already failed is masked, not evaluated."""
+        flat = [t for g in trajs for t in g]
         preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch, model_name_or_path="gagar-train",
-                            rollout_id=t.rollout_id) for g in trajs for t in g]
-        return build_groups(self.instances, trajs, self.pool.evaluate_masked(self.instances, preds, run_dir, self.log))
+                            rollout_id=t.rollout_id) for t in flat if not t.infra_error]
+        results = self.pool.evaluate_masked(self.instances, preds, run_dir, self.log)
+        results += [infra_result(t.instance_id, t.rollout_id, t.infra_error) for t in flat if t.infra_error]
+        return build_groups(self.instances, trajs, results)
 
     def check(self, groups: list[RolloutGroup]) -> None:
         self.judge.check_hacks(groups)

@@ -31,6 +31,9 @@ class Trajectory:
     finish: str = "stop"  # stop | length | submitted | max_turns | context
     events: list[str] = field(default_factory=list)  # short trajectory log the grader may cite
     old_logprobs: list[float] | None = None  # filled by the trainer (behaviour policy, policy tokens only)
+    # Set when the rollout's own sandbox failed (its agent container died, ...): the trainer then masks the
+    # rollout as `infra_error` — out of the advantages and the loss — instead of evaluating or scoring it.
+    infra_error: str | None = None
 
     @property
     def policy_tokens(self) -> int:
