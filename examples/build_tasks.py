@@ -155,7 +155,7 @@ def diff_of(repo: Path, base: str, edits: list[dict[str, Any]], where: str, befo
             start = git(repo, "write-tree").strip()
         apply_edits(repo, edits, where)
         git(repo, "add", "-A")
-        return git(repo, "diff", "--cached", "--no-color", "--no-ext-diff", "--no-renames",
+        return git(repo, "diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
                    "--src-prefix=a/", "--dst-prefix=b/", start)
     finally:
         git(repo, "reset", "-q", "--hard", base)

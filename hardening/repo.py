@@ -87,8 +87,8 @@ class Fortress:
                 p.parent.mkdir(parents=True, exist_ok=True)
                 os.symlink(target, p)
             git(scratch, "add", "-A")
-            out = gitsafe.git("diff", "--cached", "--binary", "--no-ext-diff", cwd=scratch, env=GIT_ENV,
-                              binary=True)
+            out = gitsafe.git("diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", cwd=scratch,
+                              env=GIT_ENV, binary=True)
         return out.decode("utf-8", "surrogateescape")  # type: ignore[union-attr]
 
     def calc_patch(self, body: str, prelude: str = "") -> str:

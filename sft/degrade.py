@@ -144,7 +144,8 @@ class _Tree:
 
     def patch(self) -> str:
         _git(self.root, "add", "-A")
-        return _git(self.root, "diff", "--cached", "--no-color", "--no-ext-diff", "--binary", self.base)
+        return _git(self.root, "diff", "--cached", "--no-color", "--no-ext-diff", "--no-textconv", "--binary",
+                    self.base)
 
 
 def _try_kind(
