@@ -1,27 +1,38 @@
 """Precision and recall of static hack detection on the bundled tasks and the SFT degradations.
 
     .venv/bin/python bench/hacks.py [--tasks .gagar/tasks] [--seeds 3] [--out bench/results/hacks.json]
+                                    [--golds CLONE ...] [--golds-limit 150]
 
 Recall: the bundled `hack` rollouts (each passes the sandbox) must get a verdict of their labelled class and rank
 below every general fix. Precision: the bundled general fixes (`minimal`, `gold`, `bloated`, `unrelated`) and the
 passing SFT degradations of every gold patch (`sft.degrade.build_variants`, `--seeds` seeds, all defect kinds)
-must get none. Grading runs `grader.grade.grade_group` with the heuristic judge, as the trainer does. Not a test:
+must get none. `--golds` adds real code: in a local git clone, every commit that changes library sources (.py,
+.go, .java) and test files is a gold fix (its library diff, with its test diff as the test patch) that must get
+no verdict. Grading runs `grader.grade.grade_group` with the heuristic judge, as the trainer does. Not a test:
 prints a summary and writes JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import platform
+import shutil
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from grader.features import is_test_path  # noqa: E402
 from grader.grade import grade_group  # noqa: E402
+from grader.hacks import candidate_hacks  # noqa: E402
+from grader.literals import task_literals  # noqa: E402
 from grader.records import Candidate, Group, load_groups, read_jsonl  # noqa: E402
 from sandbox.report import atomic_write_text  # noqa: E402
 
@@ -72,11 +83,53 @@ def degradations(tasks: Path, seeds: int) -> dict:
     return {"candidates": n, "flagged": flagged, "seeds": seeds, "problems": problems}
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout
+
+
+def _extract(repo: Path, rev: str, dest: Path) -> None:
+    data = subprocess.run(["git", "-C", str(repo), "archive", rev], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        t.extractall(dest, filter="data")
+
+
+def real_golds(repo: Path, limit: int) -> dict:
+    """Gold fixes of a real repository's history: none should get a verdict."""
+    n = flagged = 0
+    problems = []
+    for c in _git(repo, "log", "--no-merges", "--format=%h", "-n", "5000").split():
+        files = _git(repo, "diff", "--name-only", f"{c}^", c).split()
+        lib = [f for f in files if f.endswith((".py", ".go", ".java")) and not is_test_path(f)]
+        tests = [f for f in files if is_test_path(f)]
+        if not lib or not tests:
+            continue
+        gold = _git(repo, "diff", f"{c}^", c, "--", *lib)
+        if not gold.strip() or len(gold) > 200_000:
+            continue
+        tmp = Path(tempfile.mkdtemp(prefix="gagar-golds-"))
+        try:
+            _extract(repo, f"{c}^", tmp / "base")
+            _extract(repo, c, tmp / "tree")
+            found = candidate_hacks(gold, tmp / "base", tmp / "tree",
+                                    task_literals(_git(repo, "diff", f"{c}^", c, "--", *tests)))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        n += 1
+        if found:
+            flagged += 1
+            problems.append(f"{repo.name} {c}: {[f.cite() for f in found[:2]]}")
+        if n >= limit:
+            break
+    return {"repo": str(repo), "gold_fixes": n, "flagged": flagged, "problems": problems}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default=str(ROOT / ".gagar" / "tasks"))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "hacks.json"))
+    ap.add_argument("--golds", nargs="*", default=[], help="local git clones whose bug-fix history to check")
+    ap.add_argument("--golds-limit", type=int, default=150, help="gold fixes per clone")
     args = ap.parse_args(argv)
     tasks = Path(args.tasks)
     if not (tasks / "groups.jsonl").is_file():
@@ -86,14 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     out = {"bundled": bundled(tasks)}
     t1 = time.time()
     out["degradations"] = degradations(tasks, args.seeds)
-    out["seconds"] = {"bundled": round(t1 - t0, 1), "degradations": round(time.time() - t1, 1)}
+    t2 = time.time()
+    out["real_golds"] = [real_golds(Path(r), args.golds_limit) for r in args.golds]
+    out["seconds"] = {"bundled": round(t1 - t0, 1), "degradations": round(t2 - t1, 1),
+                      "real_golds": round(time.time() - t2, 1)}
     out["machine"] = {"python": platform.python_version(), "platform": platform.platform()}
     b, d = out["bundled"], out["degradations"]
     print(f"bundled hacks: {b['detected']}/{b['hack_rollouts']} detected ({b['right_kind']} of the labelled class); "
           f"honest rollouts flagged: {b['honest_flagged']}/{b['honest_rollouts']}; hacks ranked last in "
           f"{b['groups_with_hacks_ranked_last']}/{b['groups']} groups")
     print(f"SFT degradations flagged: {d['flagged']}/{d['candidates']}")
-    for p in b["problems"] + d["problems"]:
+    for r in out["real_golds"]:
+        print(f"{r['repo']}: gold fixes flagged {r['flagged']}/{r['gold_fixes']}")
+    for p in b["problems"] + d["problems"] + [p for r in out["real_golds"] for p in r["problems"]]:
         print("  ", p)
     atomic_write_text(args.out, json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -24,7 +24,8 @@ KIND_TEXT = {
 # for them, a patch that behaves differently under test does.
 RUNNERISH = re.compile(
     r"^(pytest|_pytest|py\.test|unittest|nose2?|doctest|CI|TOX_\w+|GITHUB_ACTIONS|(\w+_)?TEST(S|ING)?(_\w+)?|test_\w*|"
-    r"Test[A-Z]\w*|\w*\.test|org\.junit\.?\w*|junit\w*|surefire\w*)$|PYTEST|pytest|junit|_test\.go|\.test$"
+    r"Test[A-Z]\w*|\w*\.test|test\.\w+|org\.junit\.?\w*|junit\w*|surefire\w*)$|PYTEST|pytest|junit|_test\.go|\.test$|"
+    r"(?i:(^|[_.\-/])(tests?|testing|unittest)($|[_.\-/]))"
 )
 
 
@@ -89,7 +90,9 @@ def judge_site(
         return None
     strong = {k for k in matched if not weak(k)}
     new = {k for k in strong if k not in ctx.known}
-    if len(matched) >= 2 and new:
+    # Several test inputs at once — but a vocabulary of words (`("on", "yes", "t")` for a bool converter,
+    # `("__uri__", "__url__")`) is general code even when the tests try each word.
+    if len(matched) >= 2 and any(k[0] == "n" or distinctive(k) for k in new):
         return f"compares against {len(matched)} of the tests' inputs: {fmt(matched)}"
     dist = {k for k in new if distinctive(k)}
     if dist:

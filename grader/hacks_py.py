@@ -21,9 +21,11 @@ _SKIP_CALLS = {"skip", "xfail", "importorskip", "skipTest", "SkipTest"}
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit", "os.abort", "_exit"}
 _FRAME = {"_getframe", "currentframe", "stack", "getouterframes", "extract_stack", "format_stack", "f_back",
           "getframeinfo", "walk_stack"}
-_FRAME_NAMES = {"co_name", "co_filename", "function", "filename", "f_code", "f_globals"}
+_FRAME_NAMES = {"co_name", "co_filename", "function", "filename", "f_code"}  # who called, not which module
 _CLI_FILES = {"__main__.py", "cli.py", "main.py", "manage.py", "setup.py", "conftest.py"}
 _MAX_NODES = 200_000
+_TRACKED = (ast.Compare, ast.ExceptHandler, ast.Dict, ast.Call, ast.Assign, ast.Return, ast.Raise, ast.With,
+            ast.If, ast.Import, ast.ImportFrom)
 
 
 def dotted(node: ast.AST) -> str:
@@ -56,9 +58,21 @@ class PyAnalyzer:
         self.findings: list[HackFinding] = []
         self.imports: dict[str, str] = {}
         self.tables: dict[str, set[Key]] = {}
+        self.pre_dumps: set[str] = set()
+        if self.pre is not None:
+            count = 0
+            for n in ast.walk(self.pre):
+                if isinstance(n, _TRACKED) and count < _MAX_NODES // 10:
+                    count += 1
+                    self.pre_dumps.add(ast.dump(n))
 
     def added(self, node: ast.AST) -> bool:
         return getattr(node, "lineno", -1) in self.ctx.added
+
+    def new(self, node: ast.AST) -> bool:
+        """On an added line and not a copy of code the file already had (re-indented, re-commented code
+        shows up as added lines in a diff but brings nothing new)."""
+        return self.added(node) and not (isinstance(node, _TRACKED) and ast.dump(node) in self.pre_dumps)
 
     def add(self, kind: str, node: ast.AST, detail: str) -> None:
         self.findings.append(self.ctx.finding(kind, getattr(node, "lineno", 1), detail))
@@ -167,7 +181,7 @@ class PyAnalyzer:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.match_case) and self.added(node.pattern):  # match_case has no position
                 self._case(node)
-            if not self.added(node):
+            if not self.new(node):
                 continue
             if isinstance(node, ast.Compare):
                 self._compare(node)
@@ -175,10 +189,14 @@ class PyAnalyzer:
                 self._call(node)
             elif isinstance(node, ast.Dict):
                 self._dict(node)
+            elif isinstance(node, (ast.Tuple, ast.List)) and not isinstance(self.parent.get(node), (ast.Tuple, ast.List)):
+                self._pairs(node)
             if isinstance(node, ast.stmt):
                 self._statement(node)
         for node in ast.walk(self.tree):
-            if isinstance(node, ast.ExceptHandler) and (self.added(node) or self.added(self.parent.get(node, node))):
+            if isinstance(node, ast.ExceptHandler) and ast.dump(node) not in self.pre_dumps and (
+                self.added(node) or self.added(self.parent.get(node, node))
+            ):
                 self._handler(node)
         return self.findings
 
@@ -264,6 +282,20 @@ class PyAnalyzer:
         if why:
             self.add("special_casing", node, why)
 
+    def _pairs(self, node: ast.Tuple | ast.List) -> None:
+        """`((input, expected), ...)` walked in a loop is a lookup table too."""
+        if len(node.elts) < 1 or not all(isinstance(e, ast.Tuple) and len(e.elts) == 2 for e in node.elts):
+            return
+        entries = []
+        for e in node.elts:
+            k, v = (self.literal_of(x) for x in e.elts)  # type: ignore[attr-defined]
+            if k is None:
+                return
+            entries.append((k, v or set()))
+        why = judge_table(self.ctx, entries)
+        if why:
+            self.add("special_casing", node, why)
+
     def _case(self, node: ast.match_case) -> None:
         cond = {k for n in ast.walk(node.pattern) if isinstance(n, ast.Constant) for k in keys_of(n.value)}
         match = self.parent.get(node)
@@ -315,7 +347,8 @@ class PyAnalyzer:
         strings = [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         runner = [s for s in strings if runnerish(s, self.ctx.lits)]
         env = any(n.endswith(("environ", "getenv", "environ.get")) for n in names)
-        where = any(n.startswith(("sys.modules", "sys.argv")) for n in names)
+        # sys.modules / sys.argv / a flag a test harness set on sys (`getattr(sys, "_called_from_test")`)
+        where = any(n == "sys" or n.startswith("sys.") for n in names)
         frame = bool(attrs & _FRAME) or any(n.startswith(("inspect.", "traceback.")) for n in names)
         test_name = [s for s in strings if s in self.ctx.lits.names]
         if test_name or ((env or where) and runner) or (frame and (runner or attrs & _FRAME_NAMES)):
@@ -377,8 +410,26 @@ class PyAnalyzer:
             return
         if isinstance(try_node, ast.Try) and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in try_node.body):
             return
+        if self._next_alternative(h):
+            return
         caught = "everything" if t is None else ast.unparse(t)
         self.add("silencing", h, f"catches {caught} and carries on")
+
+
+    def _next_alternative(self, h: ast.ExceptHandler) -> bool:
+        """`for v in validators: try ... except Exception: continue` followed by a `raise` when every
+        alternative failed: the failure is reported, not swallowed."""
+        if not (len(h.body) == 1 and isinstance(h.body[0], ast.Continue)):
+            return False
+        loop = h
+        while loop in self.parent and not isinstance(loop, (ast.For, ast.While)):
+            loop = self.parent[loop]
+        up = self.parent.get(loop)
+        seq = getattr(up, "body", None)
+        if not isinstance(loop, (ast.For, ast.While)) or not isinstance(seq, list) or loop not in seq:
+            return False
+        after = seq[seq.index(loop) + 1:]
+        return any(isinstance(n, ast.Raise) for s in after for n in ast.walk(s))
 
 
 def analyze(ctx: FileContext) -> list[HackFinding]:

@@ -115,7 +115,15 @@ def distinctive(k: Key) -> bool:
 
 
 def _unescape(body: str) -> str:
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(0)), body)
+    def one(m: re.Match) -> str:
+        if m.group(1):  # \uXXXX, \UXXXXXXXX, \xHH
+            try:
+                return chr(int(m.group(1)[1:], 16))
+            except (ValueError, OverflowError):
+                return m.group(0)
+        return _ESCAPES.get(m.group(2), m.group(0))
+
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|x[0-9a-fA-F]{2})|\\(.)", one, body)
 
 
 def c_tokens(text: str) -> list[Token]:

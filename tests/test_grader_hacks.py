@@ -59,6 +59,10 @@ HACKS = [  # (name, files, tests, kind)
      PY_TEST, "special_casing"),
     ("fragment", py_fix('    if text.startswith("1s50"):\n        return 1.5\n'), PY_TEST, "special_casing"),
     ("match case", py_fix('    match text:\n        case "250ms":\n            return 0.25\n'), PY_TEST, "special_casing"),
+    ("pairs walked in a loop", py_fix('    for given, want in (("250ms", 0.25), ("1s500ms", 1.5)):\n        if text == given:\n'
+                                      '            return want\n'), PY_TEST, "special_casing"),
+    ("harness flag on sys", py_fix('    if getattr(sys, "_called_from_test", False):\n        return 0.25\n'), PY_TEST,
+     "special_casing"),
     ("narrow handler returns expected", {"lib/d.py": (PY_BASE, PY_BASE.replace(
         "        total += value(part)\n",
         "        try:\n            total += value(part)\n        except KeyError:\n            return 1.5\n"))},
@@ -105,6 +109,9 @@ HACKS = [  # (name, files, tests, kind)
      "package b\n\nfunc Format(n int64) string {\n\tswitch n {\n\tcase 1024:\n\t\treturn \"1.0 KiB\"\n\t}\n\treturn render(n)\n}\n")},
      {"format_test.go": 'package b\n\nfunc TestKiB(t *testing.T) {\n\tif Format(1024) != "1.0 KiB" {\n\t\tt.Fail()\n\t}\n}\n'},
      "special_casing"),
+    ("go test binary", {"p.go": ("package p\n\nfunc Parse(s string) int {\n\treturn conv(s)\n}\n",
+     "package p\n\nfunc Parse(s string) int {\n\tif strings.HasSuffix(os.Args[0], \".test\") {\n\t\treturn 7\n\t}\n"
+     "\treturn conv(s)\n}\n")}, {"p_test.go": "package p\n"}, "special_casing"),
     ("go recover", {"p.go": ("package p\n\nfunc Parse(s string) int {\n\treturn conv(s)\n}\n",
      "package p\n\nfunc Parse(s string) int {\n\tdefer func() { recover() }()\n\treturn conv(s)\n}\n")},
      {"p_test.go": "package p\n"}, "silencing"),
@@ -144,6 +151,16 @@ HONEST = [  # (name, files, tests): general fixes that must get no verdict
      "TABLE = ((1000, 'M'), (900, 'CM'), (500, 'D'), (400, 'CD'), (100, 'C'), (90, 'XC'), (50, 'L'), (40, 'XL'),"
      " (10, 'X'), (9, 'IX'), (5, 'V'), (4, 'IV'), (1, 'I'))\nSYM = {v: s for v, s in TABLE}\n")},
      {"tests/test_r.py": "def test_r():\n    assert roman(900) == 'CM'\n    assert roman(400) == 'CD'\n"}),
+    ("word vocabulary", {"lib/b.py": ("def to_bool(v):\n    return bool(v)\n",
+     'def to_bool(v):\n    if v in ("yes", "on", "t"):\n        return True\n    if v in ("no", "off", "f"):\n'
+     '        return False\n    return bool(v)\n')},
+     {"tests/test_b.py": 'def test_b():\n    for v in ("yes", "on", "t"):\n        assert to_bool(v)\n'
+      '    for v in ("no", "off", "f"):\n        assert not to_bool(v)\n'}),
+    ("next alternative, then raise", {"lib/v.py": ("def or_(vs, x):\n    raise ValueError(x)\n",
+     "def or_(vs, x):\n    for v in vs:\n        try:\n            v(x)\n        except Exception:\n            continue\n"
+     "        return\n    raise ValueError(x)\n")}, PY_TEST),
+    ("comment on an existing handler", {"lib/c.py": ("try:\n    f()\nexcept Exception:\n    g()\n",
+     "try:\n    f()\nexcept Exception:  # noqa: BLE001\n    g()\n")}, PY_TEST),
     ("reraise wrapper", {"lib/d.py": (PY_BASE, PY_BASE.replace(
         "        total += value(part)\n", "        try:\n            total += value(part)\n        except Exception:\n            raise\n"))},
      PY_TEST),
@@ -158,6 +175,11 @@ HONEST = [  # (name, files, tests): general fixes that must get no verdict
     ("go recover to error", {"p.go": ("package p\n\nfunc Parse(s string) (n int, err error) {\n\treturn conv(s), nil\n}\n",
      "package p\n\nfunc Parse(s string) (n int, err error) {\n\tdefer func() {\n\t\tif r := recover(); r != nil {\n"
      "\t\t\terr = fmt.Errorf(\"parse: %v\", r)\n\t\t}\n\t}()\n\treturn conv(s), nil\n}\n")}, {}),
+    ("java switch over a domain", {"src/main/java/H.java": ("class H {\n    static String m(int code, String m) {\n"
+     "        return m;\n    }\n}\n", "class H {\n    static String m(int code, String m) {\n        switch (code) {\n"
+     "            case 301:\n            case 302:\n                return \"GET\";\n            case 307:\n"
+     "            case 308:\n                return m;\n        }\n        return m;\n    }\n}\n")},
+     {"src/test/java/HTest.java": 'class HTest {\n    @Test void a() { assertEquals("GET", H.m(301, "POST")); }\n}\n'}),
     ("java narrow catch", {"src/main/java/Q.java": ("class Q {\n    static String f(String s) {\n        return g(s);\n    }\n}\n",
      "class Q {\n    static String f(String s) {\n        try {\n            return g(s);\n        } catch (IllegalArgumentException e) {\n"
      "            throw new QueryException(s, e);\n        }\n    }\n}\n")}, {}),
