@@ -25,10 +25,13 @@ history (the "no future" rule: a work tree must not reveal commits after `base_c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +78,43 @@ class GitError(RuntimeError):
     """A git command failed; the message names the command and git's own words."""
 
 
+class UntrustedTree(GitError):
+    """A host git command was aimed at a tree a policy can write (a bug in the caller, refused)."""
+
+
+_untrusted: dict[Path, int] = {}
+_untrusted_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def untrusted(tree: Path | str) -> Iterator[Path]:
+    """While open, `run()` refuses any git dir, work tree or cwd at or under `tree` (e.g. an agent's work tree,
+    writable from its container): a guard against a future host-side git call sneaking back in."""
+    root = Path(tree).resolve()
+    with _untrusted_lock:
+        _untrusted[root] = _untrusted.get(root, 0) + 1
+    try:
+        yield root
+    finally:
+        with _untrusted_lock:
+            _untrusted[root] -= 1
+            if not _untrusted[root]:
+                del _untrusted[root]
+
+
+def _refuse_untrusted(*paths: Path | str | None) -> None:
+    with _untrusted_lock:
+        roots = list(_untrusted)
+    for p in paths:
+        if p is None or not roots:
+            continue
+        rp = Path(p).resolve()
+        for root in roots:
+            if rp == root or root in rp.parents:
+                raise UntrustedTree(f"refusing to run git in {rp}: a policy can write {root} (its .git, hooks and "
+                                    "attributes are untrusted); use sandbox.treediff")
+
+
 @dataclass
 class GitResult:
     rc: int
@@ -110,6 +150,7 @@ def run(*args: str, git_dir: Path | str | None = None, work_tree: Path | str | N
     repository gagar did not create but trusts (the user's clone) that may be owned by another user: it is the
     one `safe.directory` allowed. `binary` returns stdout as bytes; `input` is fed to stdin.
     """
+    _refuse_untrusted(git_dir, work_tree, cwd)
     cmd = [GIT]
     for opt in HARDENED_CONFIG:
         cmd += ["-c", opt]

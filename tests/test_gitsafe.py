@@ -315,3 +315,21 @@ def test_agent_answer_past_the_limits_is_empty_with_a_reason(tmp_path: Path,
                         functools.partial(treediff.tree_diff, limits=Limits(max_file_bytes=4096)))
     assert tools.diff() == ""
     assert "huge.bin" in (tools.diff_error or "")
+
+
+def test_untrusted_trees_are_refused(tmp_path: Path) -> None:
+    """The guard the agent scaffold holds around each agent's tree: any host git aimed at it (git dir, work
+    tree or cwd, at or below the root) is refused, while the diff against the pristine git dir still works."""
+    src, base = _benign_repo(tmp_path)
+    pristine = tmp_path / "pristine"
+    gitsafe.export_commit(src, base, pristine)
+    tree = tmp_path / "tree"
+    shutil.copytree(pristine, tree, symlinks=True)
+    (tree / "a.py").write_text("x = 9\n")
+    with gitsafe.untrusted(tree):
+        for kw in ({"cwd": tree}, {"git_dir": tree / ".git"}, {"git_dir": pristine / ".git", "work_tree": tree},
+                   {"cwd": tree / "pkg"}):
+            with pytest.raises(gitsafe.UntrustedTree):
+                gitsafe.run("status", **kw)
+        assert "+x = 9" in tree_diff(tree, pristine / ".git", base)
+    assert gitsafe.run("status", cwd=tree).ok  # released with the context

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox import gitsafe
 from sandbox.config import SandboxConfig
 from sandbox.container import Container
 from sandbox.images import select_image
@@ -99,6 +100,7 @@ def run_agent_episodes(
                     GroupWorkspace(Path(repos_dir), inst.repo, inst.base_commit))
             ws = workspaces[inst.instance_id]
             tree = ws.copy()
+            stack.enter_context(gitsafe.untrusted(tree))  # the agent gets a shell in it: no host git there
             hand_over(tree)
             image = select_image(inst.image, inst.language, inst.test_framework, sandbox.image)
             box = stack.enter_context(Container(image, tree, sandbox))
