@@ -49,10 +49,17 @@ def require_docker() -> None:
 
 
 def leftover_containers(run_id: str | None = None) -> list[str]:
+    """Containers of `run_id` left by this process or by one that has exited. The engine is shared: another
+    live process (a colleague running the same test, with the same run id) may have containers of its own."""
     import docker
 
+    from sandbox.container import OWNER_LABEL, _owner_alive
+
     labels = ["gagar.sandbox=1"] + ([f"gagar.run={run_id}"] if run_id else [])
-    return [c.name for c in docker.from_env().containers.list(all=True, filters={"label": labels})]
+    rows = docker.from_env().api.containers(all=True, filters={"label": labels})
+    mine = f":{os.getpid()}"
+    return [r["Names"][0].lstrip("/") for r in rows
+            if (owner := (r.get("Labels") or {}).get(OWNER_LABEL, "")).endswith(mine) or not _owner_alive(owner)]
 
 
 class CalcTask:
