@@ -121,6 +121,7 @@ NEW_STD = {"slices": "1.21", "maps": "1.21", "cmp": "1.21", "log/slog": "1.21", 
            "math/rand/v2": "1.22", "crypto/ecdh": "1.20", "testing/slogtest": "1.21", "structs": "1.23",
            "weak": "1.24", "crypto/sha3": "1.24", "crypto/hkdf": "1.24", "crypto/pbkdf2": "1.24"}
 _GO_TOO_OLD = re.compile(r"go\.mod requires go >= ?(\S+?) \(running go (\S+?)[;)]")
+_GO_BAD_VERSION = re.compile(r"invalid go version '(\S+?)': must match format")
 _GO_NOT_STD = re.compile(r'([^\s:"]+\.go):\d+:\d+: package (\S+?) is not in (?:GOROOT|std)')
 _GO_NO_MODULE = re.compile(r"(?:no required module provides package|missing go\.sum entry for module providing "
                            r"package|cannot find module providing package) ([^\s;:\\\"]+)")
@@ -144,6 +145,10 @@ def build_failure(framework: str, output: str, *, tests_ran: bool, patch_paths: 
         if m and "go.mod" not in touched:
             return (f"toolchain too old: go.mod requires go >= {m.group(1)}, the image has go {m.group(2)}; "
                     "set env.go (offered: " + offered("go") + ")")
+        m = _GO_BAD_VERSION.search(output)  # Go before 1.21 cannot even read `go 1.21.0`
+        if m and "go.mod" not in touched:
+            return (f"toolchain too old: go.mod says go {m.group(1)}, which this Go cannot read; set env.go "
+                    f"(offered: {offered('go')})")
         for m in _GO_NOT_STD.finditer(output):
             path, pkg = m.group(1), m.group(2)
             if pkg in NEW_STD and not any(path.endswith(t) or t.endswith(path) for t in touched):

@@ -180,3 +180,51 @@ def test_python_313_env_on_trixie(built: Path, tmp_path: Path) -> None:
     res = _eval(tasks, tmp_path, "py313", _write(tmp_path / "i.jsonl", [row]),
                 [{"instance_id": row["instance_id"], "rollout_id": "gold", "model_patch": row["patch"]}])
     assert [r["status"] for r in res.values()] == ["resolved"]
+
+
+GO_MOD = "module example.com/sorted\n\ngo 1.21.0\n"
+GO_SRC = ('package sorted\n\nimport "slices"\n\n// Top returns the n largest values, largest first.\n'
+          'func Top(xs []int, n int) []int {\n\tys := slices.Clone(xs)\n\tslices.Sort(ys)\n'
+          '\tslices.Reverse(ys)\n\treturn ys[:n]\n}\n')
+GO_TEST = ('package sorted\n\nimport "testing"\n\nfunc TestTop(t *testing.T) {\n'
+           '\tif got := Top([]int{3, 1, 2}, 2); got[0] != 3 || got[1] != 2 {\n\t\tt.Fatal(got)\n\t}\n}\n')
+GO_NEW_TEST = GO_TEST + ('\nfunc TestTopMoreThanLen(t *testing.T) {\n'
+                         '\tif got := Top([]int{1}, 3); len(got) != 1 {\n\t\tt.Fatal(got)\n\t}\n}\n')
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("GAGAR_FULL"), reason="builds the trixie Go image (GAGAR_FULL=1)")
+def test_go_toolchain_from_go_mod_and_too_old_is_infra_error(tmp_path: Path) -> None:
+    """go.mod says 1.21 and the code imports `slices`: Go 1.24 (trixie) is chosen and gold resolves; forcing
+    env.go 1.19 gives infra_error naming the toolchain, never a silent unresolved."""
+    require_docker()
+    from sandbox_fixtures import _git
+
+    repo = tmp_path / "repos" / "ex__sorted"
+    repo.mkdir(parents=True)
+    (repo / "go.mod").write_text(GO_MOD)
+    (repo / "top.go").write_text(GO_SRC)
+    (repo / "top_test.go").write_text(GO_TEST)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "top_test.go").write_text(GO_NEW_TEST)
+    test_patch = _git(repo, "diff")
+    _git(repo, "checkout", "-q", "--", ".")
+    (repo / "top.go").write_text(GO_SRC.replace("return ys[:n]", "return ys[:min(n, len(ys))]"))
+    gold = _git(repo, "diff")
+    _git(repo, "checkout", "-q", "--", ".")
+    row = {"instance_id": "ex__sorted-1", "repo": "ex/sorted", "base_commit": base, "patch": gold,
+           "test_patch": test_patch, "FAIL_TO_PASS": ["TestTopMoreThanLen"], "PASS_TO_PASS": ["TestTop"],
+           "test_cmd": "go test -json ./...", "test_framework": "go", "language": "go"}
+    out = tmp_path / "out"
+    preds = [{"instance_id": "ex__sorted-1", "rollout_id": "gold", "model_patch": gold}]
+    for run, inst, want in (("new", row, "resolved"), ("old", {**row, "env": {"go": "1.19"}}, "infra_error")):
+        ii, pp = _write(tmp_path / f"{run}-i.jsonl", [inst]), _write(tmp_path / f"{run}-p.jsonl", preds)
+        assert eval_main(["--instances", str(ii), "--predictions", str(pp), "--repos-dir", str(tmp_path / "repos"),
+                          "--run-id", run, "--report-dir", str(out), "--no-progress"]) == 0
+        [r] = _jsonl(out / run / "results.jsonl")
+        assert r["status"] == want, r
+        if want == "infra_error":
+            assert "toolchain too old" in r["error"], r["error"]

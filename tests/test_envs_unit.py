@@ -103,6 +103,8 @@ def test_build_failure_blames_the_environment_only_when_the_patch_did_not_cause_
     assert "toolchain too old" in build_failure("go", too_old, tests_ran=False)
     assert build_failure("go", too_old, tests_ran=False, patch_paths=["go.mod"]) is None
     assert build_failure("go", too_old, tests_ran=True) is None  # tests ran: a test printed it
+    unreadable = "go: errors parsing go.mod:\n/testbed/go.mod:3: invalid go version '1.21.0': must match format 1.23"
+    assert "which this Go cannot read" in build_failure("go", unreadable, tests_ran=False)
     slog = '{"Action":"build-output","Output":"./handler.go:5:2: package log/slog is not in GOROOT (/usr/lib/go)\\n"}'
     assert "log/slog" in build_failure("go", slog, tests_ran=False)
     assert build_failure("go", slog, tests_ran=False, patch_paths=["handler.go"]) is None
