@@ -151,7 +151,8 @@ def plan_instance(instance: Any, repos_dir: Path | None, specs: dict[str, dict[s
     vendored = lang == "go" and _file_at(clone, commit, "vendor/modules.txt") is not None
     go_download = bool(gomod and gomod.requires and not vendored)
     test_env = {"GOFLAGS": "-mod=vendor"} if vendored else {}
-    if spec == EnvSpec() and not go_download:
+    installs = spec.apt_packages or spec.packages or spec.pip_packages or spec.pre_install or spec.install
+    if not installs and not go_download:
         return EnvTarget(f"{base}:latest", base=base, test_env=test_env)  # toolchain choice only: no env layer
     plan = EnvPlan(instance.repo, clone, commit, lang, base, version, spec, go_download)
     return EnvTarget(plan.ref, plan=plan, base=base, test_env=test_env)
