@@ -78,6 +78,8 @@ class _Recorder:
             for g, grading in zip(groups, out, strict=True):
                 ids = [c.rollout_id for c in g.candidates]
                 self.calls.append((kw.get("judge", "heuristic"), ids))
+                # What the tests exercise always travels with the candidates (special-casing needs it).
+                assert g.test_patch and g.FAIL_TO_PASS, "grader groups must carry test_patch and FAIL_TO_PASS"
                 grading.hacks.update({r: k for r, k in self.hacks.items() if r in ids})
             return out
 
