@@ -261,6 +261,9 @@ def frequent_lines(path: str | os.PathLike, *, share: float = 0.3, min_chars: in
                  for ln in m["content"].splitlines() if len(ln) >= min_chars}
         counts.update(lines)
     keep = [ln for ln, c in counts.items() if records and c >= share * records]
+    # An added token matches anywhere, so a line that begins a longer one (`Candidates ...: A, B` inside
+    # `Candidates ...: A, B, C`) would swallow part of it and hide what differs (here: how many candidates).
+    keep = [ln for ln in keep if not any(o != ln and o.startswith(ln) for o in counts)]
     return sorted(keep, key=lambda ln: (-len(ln), ln))[:limit]
 
 

@@ -70,3 +70,18 @@ def test_cached_and_refuses_foreign_dir(tiny, tmp_path):
     with pytest.raises(FileExistsError):
         build_tiny_model(foreign)
     assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_frequent_lines_become_phrases_but_never_a_prefix_of_another_line(tmp_path):
+    import json
+
+    from sft.tiny import frequent_lines
+
+    head = "Candidates (all pass the tests): A, B"
+    recs = [{"messages": [{"role": "system", "content": "You are a code-review judge, be careful.\nshort"},
+                          {"role": "user", "content": head + (", C" if i % 2 else "")}]} for i in range(10)]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    got = frequent_lines(path, share=0.3)
+    assert "You are a code-review judge, be careful." in got  # in every record, long enough
+    assert "short" not in got and head not in got  # too short; a prefix of `head + ", C"`
