@@ -300,7 +300,9 @@ class PyAnalyzer:
         cond = {k for n in ast.walk(node.pattern) if isinstance(n, ast.Constant) for k in keys_of(n.value)}
         match = self.parent.get(node)
         if cond and isinstance(match, ast.Match):
-            self._site(node.pattern, cond, [match.subject], list(node.body))
+            outs, raises, const_body = self.outputs(list(node.body), self.function_of(match))
+            if outs or raises or const_body:  # a case that computes its answer is a general dispatch
+                self._site(node.pattern, cond, [match.subject], list(node.body))
 
     def _header(self, st: ast.stmt) -> list[ast.AST]:
         """The parts of a statement that are not nested statement bodies."""
