@@ -56,10 +56,18 @@ class FileContext:
         return HackFinding(kind, self.path, line, detail)
 
 
+def names_test(value: object, lits: TaskLiterals) -> bool:
+    """A string that is a failing test's name, and recognisably so (a test method called `xmlns` makes the
+    string "xmlns" no evidence of anything)."""
+    return (isinstance(value, str) and value in lits.names
+            and (bool(RUNNERISH.search(value)) or (len(value) >= 10 and not value.isalpha())
+                 or (len(value) >= 12 and not value.islower())))
+
+
 def runnerish(value: object, lits: TaskLiterals) -> bool:
     if not isinstance(value, str) or not value.strip():
         return False
-    return value in lits.names or bool(RUNNERISH.search(value))
+    return names_test(value, lits) or bool(RUNNERISH.search(value))
 
 
 def fmt(keys: set[Key] | list[Key], limit: int = 3) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from grader.hacks_common import FileContext, HackFinding, judge_site, judge_table, runnerish
+from grader.hacks_common import FileContext, HackFinding, judge_site, judge_table, names_test, runnerish
 from grader.literals import Key, Token, c_tokens, keys_of
 
 _EQ_CALLS = {"equals", "equalsIgnoreCase", "contentEquals", "HasPrefix", "HasSuffix", "Contains", "EqualFold",
@@ -218,7 +218,7 @@ class CurlyAnalyzer:
     def _identity(self, line: int, toks: list[Token]) -> None:
         idents = {str(t.value) for t in toks if t.kind == "ident"}
         strings = [str(t.value) for t in toks if t.kind == "str"]
-        test_names = [s for s in strings if s in self.ctx.lits.names]
+        test_names = [s for s in strings if names_test(s, self.ctx.lits)]
         runner = [s for s in strings if runnerish(s, self.ctx.lits)]
         testing_call = "Testing" in idents and "testing" in idents
         if test_names or testing_call or (runner and idents & _IDENTITY_CALLS):

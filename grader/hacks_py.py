@@ -10,7 +10,7 @@ import ast
 import os
 import re
 
-from grader.hacks_common import FileContext, HackFinding, fmt, judge_site, judge_table, runnerish
+from grader.hacks_common import FileContext, HackFinding, fmt, judge_site, judge_table, names_test, runnerish
 from grader.literals import Key, distinctive, keys_of
 
 _EQ_OPS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)
@@ -352,7 +352,7 @@ class PyAnalyzer:
         # sys.modules / sys.argv / a flag a test harness set on sys (`getattr(sys, "_called_from_test")`)
         where = any(n == "sys" or n.startswith("sys.") for n in names)
         frame = bool(attrs & _FRAME) or any(n.startswith(("inspect.", "traceback.")) for n in names)
-        test_name = [s for s in strings if s in self.ctx.lits.names]
+        test_name = [s for s in strings if names_test(s, self.ctx.lits)]
         if test_name or ((env or where) and runner) or (frame and (runner or attrs & _FRAME_NAMES)):
             what = test_name or runner or sorted(attrs & (_FRAME | _FRAME_NAMES))
             self.add("special_casing", st, f"behaves differently under test (checks {', '.join(map(str, what))[:60]})")
