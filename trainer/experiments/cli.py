@@ -2,6 +2,7 @@
 
     gagar experiment bloat [--seeds K] [--steps N] [--out DIR] [--verdicts FILE] [--tasks-dir DIR]
     gagar experiment skew  [--seeds K] [--steps N] [--out DIR]
+    gagar experiment loop  [--seeds K] [--steps N] [--arms A,B] [--out DIR] [--work DIR] [--quick] [--set k=v]
 
 Each writes `OUT/<name>.json` and `OUT/<name>.png` (`skew --reward exact|tests` writes `skew-exact.*`,
 `skew-tests.*`). `bloat` needs the sandbox verdicts of the bundled rollouts:
@@ -30,6 +31,10 @@ from trainer.experiments.verdicts import (
 
 DEFAULT_OUT = Path(".gagar/experiments")
 DEFAULT_TASKS = Path(".gagar/tasks")
+DEFAULT_LOOP_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
+# --quick: small enough for a test, still the real path (warm start, sandbox, grader, update)
+QUICK = {"seeds": 1, "steps": 2, "set": ["rollout.tasks_per_step=1", "rollout.n=4", "rollout.max_refill=0",
+                                         "warmstart.epochs=30", "save_every=1"]}
 BUILD_TASKS = Path(__file__).resolve().parents[2] / "examples" / "build_tasks.py"
 
 
@@ -53,7 +58,7 @@ def _positive_int(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gagar experiment", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="name", required=True, metavar="{bloat,skew}")
+    sub = ap.add_subparsers(dest="name", required=True, metavar="{bloat,skew,loop}")
 
     b = sub.add_parser("bloat", help="GRPO vs GAGAR on a softmax policy over the bundled tasks' real patches")
     b.add_argument("--seeds", type=_positive_int, default=8, help="independent runs per method (default 8)")
@@ -88,6 +93,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="partial: tests passed + diff similarity (noisy); exact: the latent quality itself; "
                         "tests: tests passed / m alone (a grid of 1/m steps)")
     s.add_argument("--base-seed", type=int, default=0)
+
+    lp = sub.add_parser("loop", help="the real `gagar train` loop: GRPO vs GAGAR arms vs a learning-rate-0 control")
+    lp.add_argument("--config", type=Path, default=DEFAULT_LOOP_CONFIG, help="base train config (default: tiny)")
+    lp.add_argument("--arms", default="grpo,grpo+gagar,gapo+gagar,control",
+                    help="comma-separated: grpo, grpo+gagar, gapo+gagar, control (lr 0)")
+    lp.add_argument("--seeds", type=_positive_int, default=3)
+    lp.add_argument("--steps", type=_positive_int, default=24)
+    lp.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
+    lp.add_argument("--work", type=Path, default=DEFAULT_OUT / "loop-runs",
+                    help="the runs' own folders (resumable: finished runs are reused)")
+    lp.add_argument("--tasks-dir", type=Path, default=DEFAULT_TASKS)
+    lp.add_argument("--quick", action="store_true",
+                    help="1 seed × 2 steps of a cut-down config, written to OUT/loop-quick.*: a smoke test")
+    lp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra config override for every run (repeatable)")
     return ap
 
 
@@ -204,8 +224,42 @@ def _skew(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loop(args: argparse.Namespace) -> int:
+    from trainer.experiments.loop import LoopExperiment, run_experiment
+    from trainer.experiments.plots import plot_loop
+
+    seeds, steps, extra, stem = args.seeds, args.steps, list(args.overrides), "loop"
+    if args.quick:
+        seeds, steps, extra, stem = QUICK["seeds"], QUICK["steps"], QUICK["set"] + extra, "loop-quick"
+    try:
+        _ensure_tasks(args.tasks_dir)
+        exp = LoopExperiment(config=args.config, arms=[a.strip() for a in args.arms.split(",") if a.strip()],
+                             seeds=seeds, steps=steps, work=args.work / stem, tasks_dir=args.tasks_dir, extra=extra)
+        from trainer.config import load_config
+
+        load_config(exp.config, extra)  # a bad override fails here, not after the first arm
+    except (ValueError, VerdictError) as exc:
+        print(f"gagar experiment loop: {exc}", file=sys.stderr)
+        return 2
+    est = exp.estimate_s()
+    print(f"loop: {len(exp.arms)} arms × {seeds} seeds × {steps} steps; estimated {est / 60:.0f} min on a quiet "
+          f"2-core machine (runs in {exp.work}, finished runs reused)", flush=True)
+    result = _clean(run_experiment(exp, log=lambda m: print(m, flush=True)))
+    write_json_atomic(args.out / f"{stem}.json", result)
+    plot_loop(result, args.out / f"{stem}.png")
+    print(f"loop: {result['seconds']} s -> {args.out / (stem + '.json')}, {args.out / (stem + '.png')}")
+    for arm, data in result["results"].items():
+        f = data["final"]
+        print(f"  {arm:<11} (last {result['tail_steps']} steps) pass {_fmt(f['pass_rate']['mean'])} "
+              f"± {_fmt(f['pass_rate']['std'])}  minimal share {_fmt(f['minimal_share']['mean'])}  "
+              f"passing diff lines {_fmt(f['passing_diff_lines']['mean'])}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.name == "loop":
+        return _loop(args)  # the trainer sizes its own threads
     import torch
 
     # The tensors are tiny: intra-op threads only add contention (30x slower on a busy 2-core machine).

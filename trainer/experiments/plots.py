@@ -105,3 +105,36 @@ def plot_skew(result: dict[str, Any], path: Path) -> None:
                  f"{cfg['configs']}×{cfg['replicates']} groups per seed, {cfg['seeds']} seeds", fontsize=11)
     fig.tight_layout()
     _save(fig, path)
+
+
+_LOOP_PANELS = (
+    ("pass_rate", "pass rate"),
+    ("minimal_share", "minimal share of passing"),
+    ("passing_diff_lines", "diff lines of passing (mean)"),
+    ("policy_tokens_mean", "policy tokens per rollout"),
+    ("adv_std", "advantage std"),
+    ("adv_pass_max_after", "max passing advantage after GAGAR"),
+    ("gagar_groups", "groups GAGAR changed"),
+    ("judge_fallbacks", "judge fallbacks"),
+)
+
+
+def plot_loop(result: dict[str, Any], path: Path) -> Path:
+    """One panel per metric: each arm's mean over seeds per step, shaded ± one std."""
+    fig, axes = plt.subplots(2, 4, figsize=(17, 7.5))
+    steps = np.arange(1, result["steps"] + 1)
+    for ax, (key, title) in zip(axes.flat, _LOOP_PANELS, strict=True):
+        for arm, data in result["results"].items():
+            curve = data["curves"].get(key) or []
+            mean = np.array([np.nan if c["mean"] is None else c["mean"] for c in curve], dtype=float)
+            std = np.array([0.0 if c["std"] is None else c["std"] for c in curve], dtype=float)
+            style = "--" if arm == "control" else "-"
+            (line,) = ax.plot(steps[: len(mean)], mean, style, label=arm)
+            ax.fill_between(steps[: len(mean)], mean - std, mean + std, color=line.get_color(), alpha=0.15)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(f"gagar experiment loop: {result['seeds']} seeds × {result['steps']} steps (mean ± std)")
+    _save(fig, path)
+    return path
