@@ -161,7 +161,8 @@ class AdvantageConfig(_Section):
 
 
 class OptimConfig(_Section):
-    lr: float = Field(1e-4, gt=0)
+    # 0 is allowed: a no-learning control run (`gagar experiment loop`'s control arm) keeps everything else.
+    lr: float = Field(1e-4, ge=0)
     weight_decay: float = Field(0.0, ge=0)
     clip_low: float = Field(0.2, ge=0, lt=1)
     clip_high: float = Field(0.28, ge=0)  # DAPO's clip-higher

@@ -34,7 +34,7 @@ DEFAULT_TASKS = Path(".gagar/tasks")
 DEFAULT_LOOP_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
 # --quick: small enough for a test, still the real path (warm start, sandbox, grader, update)
 QUICK = {"seeds": 1, "steps": 2, "set": ["rollout.tasks_per_step=1", "rollout.n=4", "rollout.max_refill=0",
-                                         "warmstart.epochs=30", "save_every=1"]}
+                                         "save_every=1"]}
 BUILD_TASKS = Path(__file__).resolve().parents[2] / "examples" / "build_tasks.py"
 
 
