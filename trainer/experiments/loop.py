@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.jsonl import read_jsonl
-
 from sandbox.records import EvalResult
 
 # arm name -> overrides of the base config (the default composition is whatever the config file says)
