@@ -197,7 +197,7 @@ def apply_hacks(grading: Grading, findings: dict[str, list[HackFinding]]) -> Gra
     Verdicts a judge already gave are kept; static findings add to them and never yield to a judge's ranking.
     Idempotent, so a grading may pass through it twice (the LLM judge's heuristic fallback, then grade_group).
     """
-    from grader.heuristic import weights_for
+    from grader.records import tier_weights
 
     hacked = {rid: f for rid, f in findings.items() if f and rid in grading.tiers}
     if not hacked and not grading.hacks:
@@ -211,5 +211,5 @@ def apply_hacks(grading: Grading, findings: dict[str, list[HackFinding]]) -> Gra
     grading.ranking = [r for r in grading.ranking if r not in grading.hacks] + bad
     for rid in bad:
         grading.tiers[rid] = 3
-    grading.weights = weights_for(grading.tiers)
+    grading.weights = tier_weights(grading.tiers)
     return grading

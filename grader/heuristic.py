@@ -9,18 +9,17 @@ Score (lower is better), per candidate:
 
 Ranking: ascending score, ties broken by lines changed, then rollout id (deterministic).
 Tiers by the gap to the best score: ≤ TIER1_GAP → tier 1, ≤ TIER2_GAP → tier 2, else tier 3.
-Weights: `trainer.advantage.weights_from_tiers` when the engine is loaded, else TIER_WEIGHTS (the same mapping).
+Weights: `grader.records.tier_weights` (T1 = 1.0, T2 = 0.6, T3 = 0.2).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Collection
 from pathlib import Path
 
 from grader.features import CandidateFeatures, group_features
 from grader.hacks import HackFinding, apply_hacks, workspace_hacks
-from grader.records import Grading, Group
+from grader.records import Grading, Group, tier_weights
 from grader.workspace import SharedWorkspace
 
 PENALTY = {
@@ -39,27 +38,7 @@ FILE_COST = 1.0
 HUNK_COST = 0.3
 TIER1_GAP = 0.5
 TIER2_GAP = 3.0
-TIER_WEIGHTS = {1: 1.0, 2: 0.6, 3: 0.2}
 MAX_EVIDENCE = 8
-
-
-def weights_for(tiers: dict[str, int]) -> dict[str, float]:
-    """Tier → quality weight f ∈ (0, 1].
-
-    Inside a trainer process (where `trainer.advantage` is loaded) its `weights_from_tiers` decides, so a
-    customised mapping applies; elsewhere TIER_WEIGHTS, which a test keeps equal to the engine's default —
-    importing the engine would import torch, seconds of start-up for a constant.
-    """
-    engine = sys.modules.get("trainer.advantage")
-    fn = getattr(engine, "weights_from_tiers", None)
-    if fn is not None:
-        try:
-            w = fn(tiers)
-            if isinstance(w, dict):
-                return {str(k): float(v) for k, v in w.items()}
-        except Exception:  # an incompatible engine must not break grading
-            pass
-    return {k: TIER_WEIGHTS[t] for k, t in tiers.items()}
 
 
 def append_unapplied(ranking: list[str], tiers: dict[str, int], evidence: dict[str, list[str]],
@@ -126,7 +105,7 @@ def rank_features(
         instance_id=instance_id,
         ranking=ranking,
         tiers=tiers,
-        weights=weights_for(tiers),
+        weights=tier_weights(tiers),
         evidence=evidence,
         judge="heuristic",
         fallback=False,

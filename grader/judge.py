@@ -19,7 +19,7 @@ from typing import Any
 
 from grader.aggregate import aggregate_tiers, agreement, borda
 from grader.backends import BackendError, ChatBackend, chat_batch
-from grader.heuristic import append_unapplied, rank_workspace, weights_for
+from grader.heuristic import append_unapplied, rank_workspace
 from grader.prompt import (
     Answer,
     ParseError,
@@ -29,7 +29,7 @@ from grader.prompt import (
     parse_assistant,
     validate_answer,
 )
-from grader.records import Grading, Group
+from grader.records import Grading, Group, tier_weights
 from grader.tools import run_tool
 from grader.workspace import SharedWorkspace
 
@@ -204,7 +204,7 @@ class LLMJudge:
             instance_id=iid,
             ranking=ranking,
             tiers=tiers,
-            weights=weights_for(tiers),
+            weights=tier_weights(tiers),
             evidence=evidence,
             judge=self.name,
             fallback=False,

@@ -15,6 +15,15 @@ from typing import Any
 from sandbox.jsonl import JsonlError, parse_lines, read_text, write_jsonl_atomic  # noqa: F401 (re-exported)
 from sandbox.records import EvalResult, Instance
 
+# Tier (1 = best) -> quality weight f in (0, 1]: part of the grading output contract; the advantage engine's
+# default mapping is this one.
+TIER_WEIGHTS: dict[int, float] = {1: 1.0, 2: 0.6, 3: 0.2}
+
+
+def tier_weights(tiers: dict[str, int]) -> dict[str, float]:
+    """{rollout_id: tier} -> {rollout_id: f}, the `weights` of a grading line."""
+    return {k: TIER_WEIGHTS[t] for k, t in tiers.items()}
+
 
 class InputError(ValueError):
     """Bad user input (the CLI turns it into exit code 2 with this message)."""

@@ -1,5 +1,4 @@
-"""Environment specs: what an instance's environment image holds (shared/DESIGN.md, "Environments for real
-repositories").
+"""Environment specs: what an instance's environment image holds (the contract: docs/environments.md).
 
 A spec has SWE-bench's per-version keys, pip only: `python`, `apt_packages`, `packages` (a requirements file in
 the repo), `pip_packages`, `pre_install`, `install`, plus `go` and `java` toolchain versions. It comes from the

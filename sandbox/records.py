@@ -50,7 +50,7 @@ class Instance:
     test_framework: str = "pytest"
     image: str | None = None
     language: str | None = None
-    # Environments (shared/DESIGN.md "Environments for real repositories"): SWE-bench's version and
+    # Environments (docs/environments.md): SWE-bench's version and
     # environment_setup_commit, and an `env` spec (dict with sandbox.envspec.KEYS, validated on load).
     version: str | None = None
     environment_setup_commit: str | None = None

@@ -8,8 +8,8 @@ import pytest
 from test_grader_util import CALC, bundled_tasks, make_patch, make_repo
 
 from grader.features import candidate_features, group_features, is_test_path
-from grader.heuristic import TIER_WEIGHTS, rank_group, score
-from grader.records import Group, load_groups, read_jsonl
+from grader.heuristic import rank_group, score
+from grader.records import TIER_WEIGHTS, Group, load_groups, read_jsonl
 
 GO = 'package calc\n\nfunc Add(a, b int) int {\n\treturn a - b\n}\n'
 JAVA = 'package calc;\n\npublic class Calc {\n    public static int add(int a, int b) {\n        return a - b;\n    }\n}\n'
@@ -161,8 +161,8 @@ def test_heuristic_ranks_each_bundled_minimal_patch_first(tmp_path_factory):
 
 
 def test_tier_weights_match_the_advantage_engine():
-    from grader.heuristic import weights_for
+    from grader.records import tier_weights
     from trainer.advantage import DEFAULT_TIERS, weights_from_tiers
 
     assert TIER_WEIGHTS == DEFAULT_TIERS
-    assert weights_for({"a": 1, "b": 3}) == weights_from_tiers({"a": 1, "b": 3}) == {"a": 1.0, "b": 0.2}
+    assert tier_weights({"a": 1, "b": 3}) == weights_from_tiers({"a": 1, "b": 3}) == {"a": 1.0, "b": 0.2}

@@ -20,10 +20,12 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from grader.records import TIER_WEIGHTS
+
 from .core import check_finite, compute_advantages, layout, out_dtype, work_dtype
 from .segment import IndexLike
 
-DEFAULT_TIERS: dict[int, float] = {1: 1.0, 2: 0.6, 3: 0.2}
+DEFAULT_TIERS: dict[int, float] = dict(TIER_WEIGHTS)  # the grader's mapping, one definition
 DEFAULT_CAP = 3.0
 
 
