@@ -116,6 +116,7 @@ def test_ray_gives_the_local_statuses(ray_session, bundled_tasks: Path, tmp_path
 @pytest.mark.slow
 def test_ray_worker_killed_mid_run_then_resume(ray_session, bundled_tasks: Path, tmp_path: Path) -> None:
     insts, preds, expected = _inputs(bundled_tasks, {"acme__iniconf-9", "acme__durations-42", "acme__ledger-58"})
+    preds = [p for p in preds if not p.rollout_id.startswith("hack")]  # the hack corpus has its own tests
     cfg = SandboxConfig(repos_dir=bundled_tasks / "repos", max_workers=2, timeout=120, run_id="ray-kill")
     run_dir = tmp_path / "run"
     ex = RayExecutor()
