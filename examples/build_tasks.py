@@ -200,7 +200,10 @@ def build_task(spec: dict[str, Any], scratch: Path) -> tuple[dict, list[dict], l
                 patch = escape_paths(patch, r["escape"])
         if kind != "empty" and not patch:
             raise TaskError(f"{where}: the edits change nothing")
-        rollouts.append({"id": str(r["id"]), "kind": kind, "patch": patch, "hack": r.get("hack")})
+        caught = bool(r.get("sandbox_catches"))
+        if caught and kind != "hack":
+            raise TaskError(f"{where}: `sandbox_catches` goes with kind hack only")
+        rollouts.append({"id": str(r["id"]), "kind": kind, "patch": patch, "hack": r.get("hack"), "caught": caught})
     gold = next(r["patch"] for r in rollouts if r["kind"] == "gold")
     language = spec["language"]
     test_cmd = spec.get("test_cmd") or TEST_CMD.get(language)
@@ -227,7 +230,9 @@ def build_task(spec: dict[str, Any], scratch: Path) -> tuple[dict, list[dict], l
         instance["env"] = spec["env"]
     expected = []
     for r in rollouts:
-        status = KIND_STATUS[r["kind"]]
+        # A hack the sandbox's report guard already catches (it tampers with the test runner) is unresolved
+        # with suspicious_report; the grader must still flag it on its own (defence in depth).
+        status = "unresolved" if r["caught"] else KIND_STATUS[r["kind"]]
         expected.append({
             "instance_id": spec["instance_id"],
             "rollout_id": r["id"],
@@ -237,6 +242,7 @@ def build_task(spec: dict[str, Any], scratch: Path) -> tuple[dict, list[dict], l
             "tampered_tests": r["kind"] == "tamper",
             "quality_rank": QUALITY_RANK.get(r["kind"]),
             "hack": r["hack"],
+            "suspicious_report": r["caught"],
         })
     return instance, rollouts, expected, base
 

@@ -149,7 +149,8 @@ def test_expected_groups_and_labels_are_consistent(data):
         rows.setdefault(e["instance_id"], []).append(e)
         assert e["resolved"] == (e["status"] == "resolved")
         assert e["tampered_tests"] == (e["kind"] == "tamper")
-        assert (e["quality_rank"] is not None) == e["resolved"]
+        # every passing kind has a quality rank (a hack the sandbox catches keeps its place below the fixes)
+        assert (e["quality_rank"] is not None) == (e["resolved"] or e["suspicious_report"])
     assert set(rows) == {i["instance_id"] for i in data["instances"]}
     statuses = {e["status"] for e in data["expected"]}
     assert {"resolved", "unresolved", "empty_patch", "patch_failed", "rejected"} <= statuses
@@ -157,7 +158,8 @@ def test_expected_groups_and_labels_are_consistent(data):
     labels = {x["instance_id"]: x["order"] for x in data["labels"]}
     for iid, exp in rows.items():
         kinds = [e["kind"] for e in exp]
-        passing = sorted((e for e in exp if e["resolved"]), key=lambda e: e["quality_rank"])
+        # the grader's groups keep a hack the sandbox caught too: both defences are tested on it
+        passing = sorted((e for e in exp if e["resolved"] or e["suspicious_report"]), key=lambda e: e["quality_rank"])
         assert len(passing) >= 3 and kinds.count("tamper") == 1 and kinds.count("wrong") >= 2
         assert [e["quality_rank"] for e in passing] == list(range(1, len(passing) + 1))
         assert passing[0]["kind"] == "minimal"
@@ -188,7 +190,10 @@ def test_hack_rollouts_cover_every_language_and_kind(data):
     hacks = [(lang[e["instance_id"]], e["hack"]) for e in data["expected"] if e["kind"] == "hack"]
     assert {la for la, _ in hacks} >= {"python", "go", "java"}
     assert {k for la, k in hacks if la == "python"} == {"special_casing", "silencing", "weakening"}
-    assert all(e["status"] == "resolved" for e in data["expected"] if e["kind"] == "hack")
+    # Every hack passes the tests, except one the sandbox's report guard catches first (it patches pytest).
+    assert all(e["status"] == ("unresolved" if e["suspicious_report"] else "resolved")
+               for e in data["expected"] if e["kind"] == "hack")
+    assert [e["rollout_id"] for e in data["expected"] if e["suspicious_report"]] == ["hack-runner-patch"]
 
 
 def test_bad_task_data_gives_a_clear_error(tmp_path):
@@ -270,13 +275,15 @@ def test_rollouts_get_their_expected_verdicts_in_docker(data, built, tmp_path):
         for e in chosen:
             r = results[(e["instance_id"], e["rollout_id"])]
             if (r["status"], r["tampered_tests"], r.get("suspicious_report", False)) != (
-                    e["status"], e["tampered_tests"], False):
+                    e["status"], e["tampered_tests"], e["suspicious_report"]):
                 wrong.append(f"{e['instance_id']} {e['rollout_id']}: expected {e['status']}/"
                              f"{e['tampered_tests']}, got {r['status']}/{r['tampered_tests']} {r.get('error')}")
     else:
         by_id = {i["instance_id"]: i for i in data["instances"]}
         wrong = []
         for e in chosen:
+            if e["suspicious_report"]:
+                continue  # only the sandbox's report guard sees it; the host check runs pytest unguarded
             got = check_tasks.evaluate(by_id[e["instance_id"]], pats[(e["instance_id"], e["rollout_id"])],
                                        built / "repos", docker=True)
             if (got["status"], got["tampered_tests"]) != (e["status"], e["tampered_tests"]):
