@@ -8,7 +8,7 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: setup venv docker images tasks env-tasks demo test test-full lint bench reliability judge clean
+.PHONY: experiment-loop setup venv docker images tasks env-tasks demo test test-full lint bench reliability judge clean
 
 setup: venv docker images tasks
 
@@ -54,6 +54,10 @@ lint: venv
 bench: setup
 	$(PY) bench/sandbox.py
 	$(PY) bench/advantage.py
+
+# Not in CI: about 40 min on 2 cores (it prints its estimate first; finished runs are reused).
+experiment-loop: setup
+	$(GAGAR) experiment loop --arms grpo,grpo+gagar,control --seeds 3 --steps 12 --out bench/results/experiments
 
 reliability: setup
 	$(PY) bench/reliability.py
