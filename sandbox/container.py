@@ -302,7 +302,13 @@ class PreparedRun:
                 raw.sendall(b"go\n")
                 raw.shutdown(socket.SHUT_WR)  # the tests see EOF on stdin (StdinOnce), as with `docker run` without -i
             except OSError as exc:
-                raise SandboxInfraError(f"the test container did not take the start signal ({exc})") from exc
+                # Most often the engine itself went away: say so, a user acts on that, not on a broken pipe.
+                try:
+                    c.ping()
+                    why = "the test container did not take the start signal"
+                except (docker.errors.DockerException, requests.RequestException):
+                    why = "the Docker engine stopped answering; the test container did not take the start signal"
+                raise SandboxInfraError(f"{why} ({exc})") from exc
             watch = WriteWatch(self._mounted, self.config.max_write_bytes, lambda: _stop_container(cid))
             watch.start()
             timed_out = False

@@ -48,16 +48,17 @@ def require_docker() -> None:
         pytest.skip(reason)
 
 
-def leftover_containers(run_id: str | None = None) -> list[str]:
-    """Containers of `run_id` left by this process or by one that has exited. The engine is shared: another
-    live process (a colleague running the same test, with the same run id) may have containers of its own."""
+def leftover_containers(run_id: str | None = None, pid: int | None = None) -> list[str]:
+    """Containers of `run_id` left by this process (or by `pid`, a child it started) or by one that has exited.
+    The engine is shared: another live process (a colleague running the same test, with the same run id) may
+    have containers of its own."""
     import docker
 
     from sandbox.container import OWNER_LABEL, _owner_alive
 
     labels = ["gagar.sandbox=1"] + ([f"gagar.run={run_id}"] if run_id else [])
     rows = docker.from_env().api.containers(all=True, filters={"label": labels})
-    mine = f":{os.getpid()}"
+    mine = f":{pid or os.getpid()}"
     return [r["Names"][0].lstrip("/") for r in rows
             if (owner := (r.get("Labels") or {}).get(OWNER_LABEL, "")).endswith(mine) or not _owner_alive(owner)]
 

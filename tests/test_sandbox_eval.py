@@ -187,9 +187,9 @@ def test_sigterm_removes_containers_and_keeps_resume_state(task: CalcTask, tmp_p
     )
     try:
         deadline = time.monotonic() + 60
-        while not leftover_containers("sig") and time.monotonic() < deadline:
+        while not leftover_containers("sig", proc.pid) and time.monotonic() < deadline:
             time.sleep(0.3)
-        assert leftover_containers("sig"), "the run never started its container"
+        assert leftover_containers("sig", proc.pid), "the run never started its container"
         time.sleep(1)  # let the started-ahead containers exist too
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.2)
