@@ -225,6 +225,7 @@ class CorpusReport:
     global_problems: list[str]
     run: EvalRun
     inputs: dict
+    infra_retried: list[str] = field(default_factory=list)
 
     def forging(self) -> dict:
         """Report-forging attempts (category `forge`): tried, detected (unresolved; how many flagged
@@ -247,6 +248,7 @@ class CorpusReport:
             "lost_results": sum(1 for o in self.outcomes if o.status is None),
             "peak_rss_mb": round(self.run.peak_rss_mb, 1),
             "wall_s": round(self.run.wall_s, 1),
+            "infra_retried": self.infra_retried,
         }
 
 
@@ -261,13 +263,27 @@ def run_corpus(work: Path, *, workers: int = 2, timeout: float = 20.0, run_id: s
         fortress = corpus["fortress"]
         head_before = git(fortress.path, "rev-parse", "HEAD")
         tmpdir = work / "tmp"
-        run = gagar_eval(corpus["instances"], corpus["predictions"], corpus["repos_dir"], run_id, work / "out",
-                         workers=workers, timeout=timeout, tmpdir=tmpdir, extra=["--max-write", MAX_WRITE])
+        retried: list[str] = []
+
+        def evaluate(predictions: Path, rid: str, limit: float) -> EvalRun:
+            def once() -> EvalRun:
+                return gagar_eval(corpus["instances"], predictions, corpus["repos_dir"], rid, work / "out",
+                                  workers=workers, timeout=limit, tmpdir=tmpdir, extra=["--max-write", MAX_WRITE])
+            got = once()
+            # As a user would: an infra_error says nothing about the patch, and re-running the same command
+            # retries just those predictions. The retries are reported, so a host fault is never hidden.
+            faulty = [str(r["rollout_id"]) for r in got.results if r.get("status") == "infra_error"]
+            if faulty and got.rc == 0:
+                retried.extend(faulty)
+                again = once()
+                again.wall_s += got.wall_s
+                got = again
+            return got
+
+        run = evaluate(corpus["predictions"], run_id, timeout)
         # Go and Java forgers compile first (go build, javac: 10-60 s on a busy 2-core machine), so they get
         # their own run with a timeout that fits a compile; the probes need the short one.
-        slow = gagar_eval(corpus["instances"], corpus["slow_predictions"], corpus["repos_dir"], run_id + "-slow",
-                          work / "out", workers=workers, timeout=max(timeout, SLOW_TIMEOUT), tmpdir=tmpdir,
-                          extra=["--max-write", MAX_WRITE])
+        slow = evaluate(corpus["slow_predictions"], run_id + "-slow", max(timeout, SLOW_TIMEOUT))
         time.sleep(0.5)
         peers = list(lis.peers)
     run.results += slow.results
@@ -300,7 +316,7 @@ def run_corpus(work: Path, *, workers: int = 2, timeout: float = 20.0, run_id: s
     if bait.secret in run.stderr:
         problems.append("the host secret appears in gagar's own output")
     inputs = run_broken_inputs(work, corpus, fortress, timeout)
-    return CorpusReport(outcomes, problems, run, inputs)
+    return CorpusReport(outcomes, problems, run, inputs, retried)
 
 
 def run_broken_inputs(work: Path, corpus: dict, fortress, timeout: float) -> dict:

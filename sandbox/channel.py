@@ -26,6 +26,7 @@ REPORT_MOUNT = "/gagar/report"
 LIB_MOUNT = "/gagar/lib"
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 GUARD_PLUGIN = "gagar_pytest_guard"
+READER_JOIN_S = 60.0  # a reader stops within 0.2 s of an idle pipe; only a stalled host takes longer
 PIPE_CAP = 16 << 20  # bytes of records kept; an honest run of 40,000 tests writes ~8 MiB
 
 
@@ -37,6 +38,7 @@ class ChannelData:
     junk_lines: int = 0
     overflow: bool = False
     other_sessions: int = 0
+    lost: str | None = None  # the host failed to read the pipe to its end (an infrastructure fault)
 
     def of(self, kind: str) -> list[dict]:
         return [r for r in self.records if r.get("e") == kind]
@@ -55,8 +57,7 @@ class ReportChannel:
         os.mkfifo(self.pipe, 0o600)
         os.chmod(self.pipe, 0o622)  # the tests may write, never read what others wrote
         os.chmod(self.root, 0o711)  # reachable by name, not listable
-        self._rfd: int | None = None
-        self._wfd: int | None = None
+        self._error: str | None = None
         self._buf = bytearray()
         self._overflow = False
         self._stop = threading.Event()
@@ -78,47 +79,59 @@ class ReportChannel:
 
     def open(self) -> None:
         """Start reading the pipe (before the tests are released)."""
-        self._rfd = os.open(self.pipe, os.O_RDONLY | os.O_NONBLOCK)
+        rfd = os.open(self.pipe, os.O_RDONLY | os.O_NONBLOCK)
         # A write end of our own keeps the pipe open between writers, so the reader never sees an early EOF.
-        self._wfd = os.open(self.pipe, os.O_WRONLY | os.O_NONBLOCK)
-        self._thread = threading.Thread(target=self._read, daemon=True, name="gagar-result-pipe")
+        wfd = os.open(self.pipe, os.O_WRONLY | os.O_NONBLOCK)
+        self._thread = threading.Thread(target=self._read, args=(rfd, wfd), daemon=True, name="gagar-result-pipe")
         self._thread.start()
 
-    def _read(self) -> None:
-        assert self._rfd is not None
-        while True:
-            stopping = self._stop.is_set()
-            ready, _, _ = select.select([self._rfd], [], [], 0.2)
-            got = False
-            while ready:
-                try:
-                    chunk = os.read(self._rfd, 1 << 16)
-                except BlockingIOError:
-                    break
-                if not chunk:
-                    break
-                got = True
-                room = PIPE_CAP - len(self._buf)
-                if len(chunk) > room:
-                    self._overflow = True  # keep draining, so a flooding writer never blocks the tests
-                self._buf += chunk[:max(room, 0)]
-            if stopping and not got:
-                return
-
-    def close(self, *, parse_for: str | None = None) -> ChannelData:
-        """Stop reading (after the container is gone) and return the records; `parse_for` is the JUnit
-        path whose session counts (defaults to this channel's)."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(10)
-        for fd in (self._wfd, self._rfd):
-            if fd is not None:
+    def _read(self, rfd: int, wfd: int) -> None:
+        # The reader thread owns both descriptors and closes them itself: were they closed under it while it
+        # still runs (a join that timed out on a stalled host), their numbers could be reused by another
+        # rollout's pipe, and this thread would read that rollout's records away.
+        try:
+            while True:
+                stopping = self._stop.is_set()
+                ready, _, _ = select.select([rfd], [], [], 0.2)
+                got = False
+                while ready:
+                    try:
+                        chunk = os.read(rfd, 1 << 16)
+                    except BlockingIOError:
+                        break
+                    if not chunk:
+                        break
+                    got = True
+                    room = PIPE_CAP - len(self._buf)
+                    if len(chunk) > room:
+                        self._overflow = True  # keep draining, so a flooding writer never blocks the tests
+                    self._buf += chunk[:max(room, 0)]
+                if stopping and not got:
+                    return
+        except OSError as exc:
+            self._error = f"{type(exc).__name__}: {exc}"
+        finally:
+            for fd in (wfd, rfd):
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._wfd = self._rfd = self._thread = None
-        return parse_records(bytes(self._buf), parse_for or self.junit_path, overflow=self._overflow)
+
+    def close(self, *, parse_for: str | None = None) -> ChannelData:
+        """Stop reading (after the container is gone) and return the records; `parse_for` is the JUnit
+        path whose session counts (defaults to this channel's). A reader that failed or never finished
+        gives `lost`: what came through is then incomplete, through no fault of the tests."""
+        lost = None
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(READER_JOIN_S)
+            if self._thread.is_alive():
+                lost = f"the host's pipe reader did not finish within {READER_JOIN_S:g}s"
+            self._thread = None
+        lost = lost or self._error
+        data = parse_records(bytes(self._buf), parse_for or self.junit_path, overflow=self._overflow)
+        data.lost = lost
+        return data
 
 
 def parse_records(data: bytes, junit_path: str, *, overflow: bool = False) -> ChannelData:

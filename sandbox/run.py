@@ -165,6 +165,10 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             live = channel.close()
         if stop.is_set():
             raise _Interrupted
+        if live.lost:
+            # The verdict needs both channels; a host fault is not the patch's (a re-run retries it).
+            return finish("infra_error", f"the host lost the tests' live result pipe ({live.lost}); re-run the "
+                          "same command to retry this prediction")
         if log_dir is not None:
             (log_dir / "test_output.txt").write_text(outcome.output, errors="replace")
             collect_reports(report_dir, log_dir)

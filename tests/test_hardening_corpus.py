@@ -56,6 +56,7 @@ def test_adversarial_corpus_is_contained(tmp_path: Path) -> None:
     s = report.summary()
     assert s["failed"] == [], "\n".join(s["failed"])
     assert s["lost_results"] == 0
+    assert len(s["infra_retried"]) <= 2, s["infra_retried"]  # host faults are retried once, never many
     assert s["contained"] == s["cases_tried"] - len(s["known_limits"])
     # The documented gaps (docs/sandbox-patches.md, "Known limits") are tried and reported, not hidden.
     assert [k.split(":")[0] for k in s["known_limits"]] == ["forge_import_time", "game_always_equal",

@@ -155,6 +155,48 @@ def test_report_channel_dir_is_not_listable(tmp_path: Path) -> None:
     assert [r["e"] for r in data.records] == ["start"] and data.junk_lines == 0
 
 
+def test_a_reader_that_outlives_close_keeps_its_pipe_and_reports_it_lost(tmp_path: Path, monkeypatch) -> None:
+    """close() on a reader that has not finished (a stalled host; here a writer that never stops) returns
+    `lost` (gagar eval turns it into infra_error) and leaves the descriptors to the reader thread: had it
+    closed them, their numbers could go to the next rollout's pipe, which the old reader would read away."""
+    import os
+    import threading
+    import time
+
+    import sandbox.channel as channel
+    monkeypatch.setattr(channel, "READER_JOIN_S", 0.3)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = ReportChannel(tmp_path / "a")
+    a.open()
+    halt = threading.Event()
+
+    def feed() -> None:
+        with open(a.pipe, "wb", buffering=0) as w:
+            while not halt.is_set():
+                w.write(b"{}\n")
+                time.sleep(0.01)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    time.sleep(0.2)
+    lost = a.close()
+    assert lost.lost and "did not finish" in lost.lost
+    b = ReportChannel(tmp_path / "b")
+    b.open()
+    with open(b.pipe, "wb") as w:
+        w.write(json.dumps({"e": "start", "x": b.junit_path}).encode() + b"\n")
+    halt.set()
+    feeder.join(5)
+    time.sleep(0.5)  # a's reader drains, stops and closes what it owns
+    kept = b.close()
+    assert [r["e"] for r in kept.records] == ["start"] and kept.lost is None
+    assert not [t for t in threading.enumerate() if t.name == "gagar-result-pipe"]
+    open_pipes = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{fd}")]
+    assert str(a.pipe) not in open_pipes and str(b.pipe) not in open_pipes
+
+
 # ------------------------------------------------------------------------------------------------ Docker
 @pytest.mark.docker
 def test_forgers_in_the_test_process_are_flagged(task: CalcTask, tmp_path: Path) -> None:
