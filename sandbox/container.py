@@ -422,6 +422,20 @@ class Container:
             _remove(self._c, self.id)
             self.id = None
 
+    def revive(self) -> bool:
+        """After a failed exec: start the container again if it stopped (its processes killed its init, or the
+        OOM killer did), with the same tree and limits. False: it was running, so the failure lies elsewhere.
+        Raises (SandboxInfraError) when the engine or the container cannot be reached: an infrastructure fault."""
+        if not self.id or not self._c:
+            raise SandboxInfraError("the agent's container was closed")
+        try:
+            if self._c.api.inspect_container(self.id)["State"].get("Running"):
+                return False
+            self._c.api.start(self.id)
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise SandboxInfraError(f"the agent's container cannot be restarted: {exc}") from exc
+        return True
+
     def exec(self, cmd: str, timeout: float = 60.0) -> ExecResult:
         """Run `cmd` with bash in /testbed. GNU `timeout` kills the command's whole process group in the
         container; a host-side deadline backs it up for processes that escaped the group."""

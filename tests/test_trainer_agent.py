@@ -132,6 +132,52 @@ def test_scripted_test_tampering_is_unresolved(tasks, tokenizer):
     _check_masks(tokenizer, traj, script)
 
 
+class SabotagingPolicy(ScriptedPolicy):
+    """Test stand-in for the model that, before its n-th reply, removes its own agent container from the host
+    side: what a dying Docker engine or a lost container looks like to the scaffold."""
+
+    def __init__(self, tokenizer, messages, *, remove_before: int, run_id: str) -> None:
+        super().__init__(tokenizer, messages)
+        self.remove_before, self.run_id, self.calls = remove_before, run_id, 0
+
+    def generate(self, prompts, **kw):
+        self.calls += 1
+        if self.calls == self.remove_before:
+            import docker
+
+            for c in docker.from_env().containers.list(all=True, filters={"label": f"gagar.run={self.run_id}"}):
+                c.remove(force=True)
+        return super().generate(prompts, **kw)
+
+
+@pytest.mark.docker
+def test_a_container_killed_by_the_policy_is_revived_and_a_lost_one_masks_the_rollout(tasks, tokenizer):
+    """The policy stops its own container (SIGTERM to its init): the next command says so and runs in a
+    restarted container, the files kept; the episode goes on and is scored. The container vanishing under the
+    scaffold (engine side) ends the episode with `infra_error`, which the trainer masks instead of scoring."""
+    inst = _instance(tasks)
+    script = [format_tool_call("edit", {"path": "NOTE.txt", "old": "", "new": "kept\n"}),
+              format_tool_call("run", {"command": "kill -TERM 1; sleep 5"}),
+              format_tool_call("run", {"command": "echo first"}),
+              format_tool_call("run", {"command": "cat NOTE.txt"}),
+              format_tool_call("submit", {})]
+    _, policy, traj, _ = _episode(tasks, tokenizer, script)
+    assert traj.finish == "submitted" and traj.infra_error is None, traj.events
+    shown = [tokenizer.decode(p) for p in policy.prompts]
+    assert "the container had stopped" in shown[3] or "the container had stopped" in shown[2], traj.events
+    assert "kept" in shown[4] and "NOTE.txt" in traj.patch
+
+    run_id = "test-trainer-agent-lost"
+    lost = SabotagingPolicy(tokenizer, [format_tool_call("run", {"command": "echo hi"}),
+                                        format_tool_call("run", {"command": "echo again"}),
+                                        format_tool_call("submit", {})], remove_before=2, run_id=run_id)
+    cfg = SandboxConfig(repos_dir=tasks / "repos", memory="1g", timeout=120, run_id=run_id)
+    [traj] = run_agent_episodes([(inst, "0")], lost, tokenizer, repos_dir=tasks / "repos", sandbox=cfg,
+                                max_turns=3, max_new_tokens=512, tool_timeout=60)
+    assert traj.finish == "infra_error" and traj.infra_error and "restarted" in traj.infra_error, traj.events
+    assert traj.turns == 2  # it ended at the failure, not after more turns against a dead sandbox
+
+
 def test_tool_call_parsing_and_diff_extraction():
     call = parse_tool_call("thinking...\n" + format_tool_call("edit", {"path": "a.py", "old": "x", "new": "y"}))
     assert call.name == "edit" and call.arguments == {"path": "a.py", "old": "x", "new": "y"}

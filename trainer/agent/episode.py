@@ -29,7 +29,7 @@ class Trajectory:
     prompt_len: int
     patch: str
     turns: int = 1
-    finish: str = "stop"  # stop | length | submitted | max_turns | context
+    finish: str = "stop"  # stop | length | submitted | max_turns | context | infra_error
     events: list[str] = field(default_factory=list)  # short trajectory log the grader may cite
     old_logprobs: list[float] | None = None  # filled by the trainer (behaviour policy, policy tokens only)
     # Set when the rollout's own sandbox failed (its agent container died, ...): the trainer then masks the
@@ -125,6 +125,9 @@ def run_agent_episodes(
                 results = list(pool.map(_act, live))
                 for s, (name, text) in zip(live, results, strict=True):
                     s["events"].append(f"turn {s['turns']}: {name}: {text.splitlines()[0][:120] if text else ''}")
+                    if s["tools"].infra_error:
+                        s["finish"] = "infra_error"
+                        continue
                     if s["tools"].submitted:
                         s["finish"] = "submitted"
                         continue
@@ -138,7 +141,8 @@ def run_agent_episodes(
                     s["events"].append(f"no answer: {s['tools'].diff_error}")
                 conv = s["conv"]
                 out.append(Trajectory(s["inst"].instance_id, s["rid"], conv.ids, conv.mask, conv.prompt_len, patch,
-                                      turns=s["turns"], finish=s["finish"] or "max_turns", events=s["events"]))
+                                      turns=s["turns"], finish=s["finish"] or "max_turns", events=s["events"],
+                                      infra_error=s["tools"].infra_error))
             return out
 
 
@@ -146,4 +150,8 @@ def _act(state: dict) -> tuple[str, str]:
     call = state["call"]
     if isinstance(call, FormatError):
         return "error", f"error: {call.message}"
-    return call.name, state["tools"].call(call.name, call.arguments)
+    try:
+        return call.name, state["tools"].call(call.name, call.arguments)
+    except Exception as exc:  # one episode's fault must not end the batch's other episodes
+        state["tools"].infra_error = f"the {call.name} tool failed: {type(exc).__name__}: {exc}"
+        return call.name, "error: the sandbox failed; this episode ends here"

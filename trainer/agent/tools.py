@@ -17,6 +17,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import docker.errors
+import requests
+
+from sandbox.container import SandboxInfraError
 from sandbox.treediff import TreeDiffError, tree_diff
 
 
@@ -39,6 +43,9 @@ class AgentTools:
         self.pristine_git_dir = pristine_git_dir  # outside the mounted tree; the agent never had write access
         self.base_commit = base_commit
         self.diff_error: str | None = None
+        # Set when the sandbox itself failed (engine gone, container lost): the episode ends and the trainer
+        # masks the rollout instead of scoring a policy that lost its shell through no act of its own.
+        self.infra_error: str | None = None
         self.container = container
         self.test_cmd = test_cmd
         self.timeout = timeout
@@ -146,9 +153,25 @@ class AgentTools:
 
     def run(self, command: str | None = None) -> str:
         cmd = command or self.test_cmd
-        res = self.container.exec(cmd, timeout=self.timeout)
+        try:
+            res = self.container.exec(cmd, timeout=self.timeout)
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            return self._after_failed_exec(exc)
         status = "timed out" if res.timed_out else f"exit code {res.exit_code}"
         return f"[{status}]\n" + _cap(res.output, self.output_chars)
+
+    def _after_failed_exec(self, exc: Exception) -> str:
+        # A container that stopped under its own processes (they killed its init) is the policy's doing: it is
+        # started again, tree intact, and told so. Anything else is the sandbox failing, not the policy.
+        try:
+            if self.container.revive():
+                return ("[the container had stopped: every process in it was killed; it was started again with "
+                        "your files as they were]")
+        except SandboxInfraError as lost:
+            self.infra_error = str(lost)
+        else:
+            self.infra_error = f"running a command in the agent's container failed: {type(exc).__name__}: {exc}"
+        return "error: the sandbox failed; this episode ends here"
 
     def submit(self) -> str:
         self.submitted = True
