@@ -55,11 +55,14 @@ class RolloutGroup:
         self.lock = threading.Lock()
         self.ws: GroupWorkspace | None = None
         self.error: str | None = None
+        self.closed = False  # after the last release: a late prefetch must not open a repo nobody closes
         self.spares: deque[Slot] = deque()
         self.next: RolloutGroup | None = None
 
     def open(self) -> GroupWorkspace:
         with self.lock:
+            if self.closed:
+                raise WorkspaceError(f"the workspace of {self.instance.instance_id} was already closed")
             if self.ws is None and self.error is None:
                 ws = GroupWorkspace(Path(self.config.repos_dir), self.instance.repo, self.instance.base_commit)
                 try:
@@ -118,7 +121,7 @@ class RolloutGroup:
     def release(self) -> None:
         with self.lock:
             self.remaining -= 1
-            if self.remaining == 0 and self.ws is not None:
+            if self.remaining == 0:
                 self._close_locked()
 
     def close(self) -> None:
@@ -126,6 +129,7 @@ class RolloutGroup:
             self._close_locked()
 
     def _close_locked(self) -> None:
+        self.closed = True
         while self.spares:
             discard_slot(self.spares.popleft())
         if self.ws is not None:

@@ -79,6 +79,37 @@ def test_bad_usage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert eval_main([*base, "--run-id", "r", "--cpus", "999"]) == 2
 
 
+def test_a_finished_group_never_reopens_its_repo(task: CalcTask) -> None:
+    """The next group's repo is prepared ahead on a starter thread; if that thread runs only after the group's
+    rollouts were all released (they were rejected before needing a repo), it must not create a workspace that
+    nobody will close (it was a temp dir leaked per run)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sandbox.config import SandboxConfig
+    from sandbox.group import RolloutGroup
+    from sandbox.records import Instance
+    from sandbox.workspace import WS_PREFIX, WorkspaceError
+
+    inst = Instance.from_dict(task.instance)
+    before = set(Path(tempfile.gettempdir()).glob(WS_PREFIX + "*"))
+    with ThreadPoolExecutor(1) as starter:
+        group = RolloutGroup(inst, 2, SandboxConfig(repos_dir=task.repos_dir), None, {}, starter)
+        group.skip()
+        group.release()
+        group.skip()
+        group.release()
+        with pytest.raises(WorkspaceError, match="already closed"):
+            group.open()
+        other = RolloutGroup(inst, 1, SandboxConfig(repos_dir=task.repos_dir), None, {}, starter)
+        ws = other.open()  # an open group still opens, and its last release closes it
+        assert ws.base.is_dir()
+        other.release()
+    from sandbox.workspace import janitor
+
+    janitor.drain()
+    assert set(Path(tempfile.gettempdir()).glob(WS_PREFIX + "*")) == before
+
+
 # ------------------------------------------------------------------------------------------------ Docker
 @pytest.mark.docker
 def test_every_status(task: CalcTask, tmp_path: Path) -> None:
