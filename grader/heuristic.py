@@ -14,6 +14,7 @@ Weights: `grader.records.tier_weights` (T1 = 1.0, T2 = 0.6, T3 = 0.2).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from pathlib import Path
 
@@ -117,8 +118,8 @@ def workspace_features(ws: SharedWorkspace, exclude: Collection[str] = ()) -> di
     """Features of the staged candidates but `exclude` (references are searched in each patched tree)."""
     trees = {ws.rollout_of(lab): ws.worktree(lab) for lab in ws.labels}
     g = ws.group
-    staged = Group(g.instance_id, g.repo, g.base_commit, g.problem_statement,
-                   [c for c in g.candidates if c.rollout_id not in ws.failed and c.rollout_id not in exclude])
+    staged = dataclasses.replace(g, candidates=[c for c in g.candidates
+                                                if c.rollout_id not in ws.failed and c.rollout_id not in exclude])
     return group_features(staged, trees)
 
 

@@ -127,8 +127,14 @@ class Group:
         cands = [Candidate(r.rollout_id, patches[r.rollout_id],
                            trajectory=(trajectories or {}).get(r.rollout_id) or None)
                  for r in results if r.instance_id == instance.instance_id and passes(r, grading) and r.rollout_id in patches]
+        return cls.of_instance(instance, cands)
+
+    @classmethod
+    def of_instance(cls, instance: Instance, candidates: list[Candidate]) -> Group:
+        """A group of `candidates` already known to pass (verl's batch says which): every task field comes
+        from `instance`, here only, so no caller can forget the test patch the hack detector needs."""
         return cls(instance_id=instance.instance_id, repo=instance.repo, base_commit=instance.base_commit,
-                   problem_statement=instance.problem_statement, candidates=cands,
+                   problem_statement=instance.problem_statement, candidates=list(candidates),
                    test_patch=instance.test_patch, FAIL_TO_PASS=list(instance.FAIL_TO_PASS))
 
     @property

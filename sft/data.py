@@ -15,6 +15,7 @@ OUT gets `train.jsonl` / `val.jsonl` (chat records: `messages` + scoring metadat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import random
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.records import Candidate, Group, InputError, write_jsonl_atomic
-from sandbox.records import EvalResult
+from sandbox.records import EvalResult, Instance
 from sft.degrade import KINDS, DegradeError, Variant, build_variants
 from sft.records import RecordError, build_records, tiers_from_defects
 
@@ -121,19 +122,12 @@ def synthetic_groups(
     specs = []
     count: dict[str, int] = defaultdict(int)
     for iid, all_vs in built:
-        d = instances[iid].to_dict() if hasattr(instances[iid], "to_dict") else instances[iid]
+        inst = instances[iid] if isinstance(instances[iid], Instance) else Instance.from_dict(instances[iid])
         for vs in _subsets(all_vs) if subsets else [all_vs]:
             k = count[iid]
             count[iid] += 1
-            group = Group(
-                f"{iid}#{k}",
-                d["repo"],
-                d["base_commit"],
-                d.get("problem_statement") or "",
-                [Candidate(v.rollout_id, v.patch) for v in vs],
-                test_patch=d.get("test_patch") or "",
-                FAIL_TO_PASS=_test_ids(d.get("FAIL_TO_PASS")),
-            )
+            group = dataclasses.replace(Group.of_instance(inst, [Candidate(v.rollout_id, v.patch) for v in vs]),
+                                        instance_id=f"{iid}#{k}")
             order = [v.rollout_id for v in vs]
             specs.append(
                 {
@@ -156,15 +150,6 @@ def _subsets(variants: list[Variant]) -> list[list[Variant]]:
     for size in range(n - 1, 1, -1):
         out += [[variants[i] for i in idx] for idx in combinations(range(n), size)]
     return out
-
-
-def _test_ids(raw: Any) -> list[str]:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            return []
-    return [str(t) for t in raw] if isinstance(raw, list) else []
 
 
 def rollout_groups(

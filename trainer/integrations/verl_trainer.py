@@ -71,10 +71,7 @@ def _groups_to_grade(data: DataProto, config: Any, opts: dict) -> tuple[list[Any
         if iid not in instances:
             raise ValueError(f"gagar: instance {iid!r} is not in {tasks_dir / 'instances.jsonl'} (set "
                              "algorithm.gagar.tasks_dir to the tasks dir the reward uses)")
-        inst = instances[iid]
-        groups.append(Group(iid, inst.repo, inst.base_commit, inst.problem_statement,
-                            [Candidate(str(r), str(nt["gagar_patch"][r])) for r in rows],
-                            test_patch=inst.test_patch, FAIL_TO_PASS=list(inst.FAIL_TO_PASS)))
+        groups.append(Group.of_instance(instances[iid], [Candidate(str(r), str(nt["gagar_patch"][r])) for r in rows]))
     return groups, hacked
 
 
