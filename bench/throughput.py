@@ -9,7 +9,9 @@ Writes bench/results/throughput.json. Targets: median overhead per evaluation <=
 same tests; 64 rollouts at 2 workers within 1.3x the host floor; the Ray executor within 1.15x the local one.
 A group is an instance's bundled rollouts that run tests (resolved and unresolved ones), cycled to 8; the six
 Python instances plus two of them again under another id make the 8 groups. Ray is started once, before the
-timed runs (its start is reported on its own: a cluster outlives one evaluation).
+timed runs (its start is reported on its own: a cluster outlives one evaluation). `engine_floor` is what one
+`docker run --rm IMAGE true` costs the engine (wall and machine-wide CPU): with a fresh container per rollout no
+sandbox can go below it, and `targets.engine_bound` turns it into the lowest ratio over the host run it allows.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import sandbox.run as srun  # noqa: E402
 from sandbox import container as ctr  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.executor import LocalExecutor, RayExecutor  # noqa: E402
+from sandbox.images import select_image  # noqa: E402
 from sandbox.patchcheck import validate_patch  # noqa: E402
 from sandbox.records import Instance, Prediction  # noqa: E402
 from sandbox.workspace import GroupWorkspace  # noqa: E402
@@ -198,6 +201,27 @@ def sandbox_run(executor, insts, preds, cfg) -> tuple[float, list]:
     return wall, res
 
 
+def _busy_cpu_s() -> float:
+    """CPU seconds the whole machine spent busy so far (all processes: dockerd, containerd, shims, runc)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def engine_floor(image: str, runtime: str | None, n: int = 15) -> dict:
+    """What one fresh container costs the engine itself, before any of our code: `docker run --rm` of `true`
+    (no network, no log driver), n times in a row. On a CPU-bound machine no sandbox that starts a fresh
+    container per rollout can cost less than this; the machine-wide CPU counts the daemons' share too."""
+    cmd = ["docker", "run", "--rm", "--network", "none", "--log-driver", "none",
+           *(["--runtime", runtime] if runtime else []), image, "true"]
+    subprocess.run(cmd, check=True, capture_output=True)  # warm
+    c0, t0 = _busy_cpu_s(), time.monotonic()
+    for _ in range(n):
+        subprocess.run(cmd, check=True, capture_output=True)
+    return {"runs": n, "wall_per_container_s": round((time.monotonic() - t0) / n, 3),
+            "cpu_per_container_s": round((_busy_cpu_s() - c0) / n, 3)}
+
+
 # ------------------------------------------------------------------------------------------------- main
 def measure(workers: int, repeats: int, trees, insts, preds, cfg, ray_ex) -> dict:
     host_w, local_w, ray_w, per_eval, stage_runs = [], [], [], [], []
@@ -282,6 +306,10 @@ def main() -> int:
                 walls.setdefault(rt or "default", []).append(sandbox_run(LocalExecutor(), insts, preds, c)[0])
         compare = {"workers": w, **{rt: {"median_s": round(statistics.median(v), 3),
                                          "walls": [round(x, 3) for x in v]} for rt, v in walls.items()}}
+    first = next(iter(insts.values()))
+    image = select_image(first.image, first.language, first.test_framework, cfg.image)
+    floor = {rt or "default": engine_floor(image, rt)
+             for rt in dict.fromkeys([args.runtime, args.compare_runtime] if args.compare_runtime else [args.runtime])}
     load1 = os.getloadavg()
     top = by_workers[str(max(workers))]
     one = by_workers[str(min(workers))]
@@ -291,6 +319,16 @@ def main() -> int:
         "local_over_host_at_2_workers": {"value": top["local_over_host"], "target": 1.3,
                                          "met": top["local_over_host"] <= 1.3},
     }
+    # The bound the engine alone sets at the most workers: the host run is CPU-bound there, so each rollout
+    # adds at least the engine's CPU per container to the host's CPU per rollout.
+    engine = floor[args.runtime or "default"]
+    host_cpu = top["host_floor_s"] * min(max(workers), os.cpu_count() or 1) / len(preds)
+    targets["engine_bound"] = {
+        "engine_cpu_per_container_s": engine["cpu_per_container_s"],
+        "host_cpu_per_rollout_s": round(host_cpu, 3),
+        "local_over_host_lower_bound": round(1 + engine["cpu_per_container_s"] / host_cpu, 3),
+        "overhead_per_eval_lower_bound_s": engine["wall_per_container_s"],
+    }
     if ray_ex is not None:
         worst = max(v["ray_over_local"] for v in by_workers.values())
         targets["ray_over_local"] = {"value": worst, "target": 1.15, "met": worst <= 1.15}
@@ -298,7 +336,7 @@ def main() -> int:
         "rollouts": len(preds), "groups": args.groups, "per_group": PER_GROUP, "repeats": args.repeats,
         "runtime": args.runtime or "default (runc)", "workers": by_workers, "targets": targets,
         "ray_start_s": round(ray_start, 2) if ray_start is not None else None,
-        "runtime_comparison": compare,
+        "runtime_comparison": compare, "engine_floor": floor,
         "load_average": {"before": [round(x, 2) for x in load0], "after": [round(x, 2) for x in load1]},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -27,6 +27,7 @@ from typing import Any
 
 from grader.records import Candidate, Group, InputError, write_jsonl_atomic
 from sandbox.records import EvalResult, Instance
+from sft.augment import renamed_record
 from sft.degrade import KINDS, DegradeError, Variant, build_variants
 from sft.records import RecordError, build_records, tiers_from_defects
 
@@ -237,8 +238,10 @@ def write_dataset(
     shuffles: int = 1,
     inspect: bool = True,
     cite: str = "given",
+    renames: int = 0,
 ) -> dict[str, Any]:
-    """Records (train: `shuffles` letter shuffles per group; val: one) and the group/label files, split by instance."""
+    """Records (train: `shuffles` letter shuffles per group, each with `renames` renamed copies, see
+    `sft.augment`; val: one, never renamed) and the group/label files, split by instance."""
     train_ids, val_ids = split_instances([s["source"] for s in specs], val_fraction, seed)
     rows: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
     groups: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
@@ -254,6 +257,9 @@ def write_dataset(
             continue
         for rec in recs:
             rec.update(source_instance_id=s["source"], split=split, defects=s["kinds"])
+        if split == "train" and renames:
+            rng = random.Random(f"{seed}:{s['group'].instance_id}")
+            recs += [renamed_record(rec, rng) for rec in list(recs) for _ in range(renames)]
         rows[split].extend(recs)
         groups[split].append(s["group"].to_dict())
         labels[split].append(
@@ -293,6 +299,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated degradations to use")
     p.add_argument("--val-fraction", type=float, default=0.25)
     p.add_argument("--shuffles", type=int, default=1, help="train records per group, each a new letter shuffle")
+    p.add_argument("--rename", type=int, default=0,
+                   help="renamed copies of each train record (fresh file/repo names: the judge must copy, not recall)")
     p.add_argument("--subsets", action="store_true", help="also every sub-group of 2+ candidates of each set")
     p.add_argument("--inspect", choices=("diffs", "none"), default="diffs",
                    help="expert turns before the answer: show_diff of every candidate, or none (answer from the summary)")
@@ -382,8 +390,10 @@ def main(argv: list[str]) -> int:
         val_fraction=args.val_fraction,
         seed=args.seed,
         notes=notes,
-        meta={**meta, "shuffles": args.shuffles, "subsets": args.subsets, "inspect": args.inspect, "cite": args.cite},
+        meta={**meta, "shuffles": args.shuffles, "subsets": args.subsets, "inspect": args.inspect, "cite": args.cite,
+              "renames": args.rename},
         shuffles=args.shuffles,
+        renames=args.rename,
         inspect=args.inspect == "diffs",
         cite=args.cite,
     )

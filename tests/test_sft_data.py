@@ -81,6 +81,35 @@ def test_records_are_judge_conversations_split_by_instance(data):
     assert manifest["records"] == {"train": len(train), "val": len(val)}
 
 
+def test_renamed_copies_keep_the_label_and_make_every_citation_a_copy(tasks, tmp_path):
+    """`--rename 1` adds one renamed copy per train record: same letters, order and tiers; none of the
+    repository's own path components left in the copy; every path the answer cites is one the copy's prompt
+    shows (the judge can copy it, and cannot recall it from another record); val records are never renamed."""
+    import re
+
+    out = tmp_path / "renamed"
+    assert sft_main(["data", "--instances", str(tasks / "instances.jsonl"), "--repos-dir", str(tasks / "repos"),
+                     "--out", str(out), "--variants", "2", "--groups-per-instance", "1", "--max-instances", "4",
+                     "--inspect", "none", "--cite", "findings", "--rename", "1"]) == 0
+    train, val = _rows(out / "train.jsonl"), _rows(out / "val.jsonl")
+    plain = [r for r in train if not r.get("renamed")]
+    renamed = [r for r in train if r.get("renamed")]
+    assert len(renamed) == len(plain) > 0 and not any(r.get("renamed") for r in val)
+    for orig, copy in zip(plain, renamed, strict=True):
+        assert (copy["order"], copy["tiers"], copy["label_to_rollout"]) == (orig["order"], orig["tiers"],
+                                                                           orig["label_to_rollout"])
+        a, b = parse_assistant(orig["messages"][-1]["content"]), parse_assistant(copy["messages"][-1]["content"])
+        assert isinstance(b, Answer) and (b.ranking, b.tiers) == (a.ranking, a.tiers)
+        assert b.evidence != a.evidence or not a.evidence
+        paths = re.findall(r"[\w./-]+\.(?:py|go|java)\b", orig["messages"][1]["content"])
+        stems = {p.rsplit("/", 1)[-1].rsplit(".", 1)[0] for p in paths} - {"__init__"}
+        prompt = copy["messages"][1]["content"]
+        assert not [s for s in stems if len(s) > 2 and re.search(rf"(?<![A-Za-z0-9]){re.escape(s)}\.", prompt)]
+        for cites in b.evidence.values():
+            for cite in cites:
+                assert cite.split(":", 1)[0] in prompt
+
+
 def test_record_round_trips_through_chat_template(data, tmp_path):
     from transformers import AutoTokenizer
 
