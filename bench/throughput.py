@@ -327,7 +327,6 @@ def main() -> int:
         "engine_cpu_per_container_s": engine["cpu_per_container_s"],
         "host_cpu_per_rollout_s": round(host_cpu, 3),
         "local_over_host_lower_bound": round(1 + engine["cpu_per_container_s"] / host_cpu, 3),
-        "overhead_per_eval_lower_bound_s": engine["wall_per_container_s"],
     }
     if ray_ex is not None:
         worst = max(v["ray_over_local"] for v in by_workers.values())
