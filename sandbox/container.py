@@ -22,7 +22,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import requests
-from docker.types import LogConfig
+from docker.types import LogConfig, Mount
 from docker.utils.socket import frames_iter
 
 from sandbox.channel import GUEST_DIR, LIB_MOUNT
@@ -199,7 +199,10 @@ def _create(c: docker.DockerClient, image: str, config: SandboxConfig, *, comman
             mounts: dict[str, dict], env: dict[str, str], stdin_open: bool = False, call: str | None = None) -> str:
     # No log driver: output is read live over the attach stream and capped there, and a test printing
     # gigabytes must not fill the engine's disk with a json log nobody reads.
-    hc = c.api.create_host_config(binds=mounts, init=True, log_config=LogConfig(type="none"), **_host_kwargs(config))
+    # Mounts, not Binds: a bind source that is gone (a tree already removed by an interrupted run's cleanup)
+    # fails the create, where Binds would have dockerd recreate it on the host, as root, for nobody to remove.
+    binds = [Mount(spec["bind"], src, type="bind", read_only=spec.get("mode") == "ro") for src, spec in mounts.items()]
+    hc = c.api.create_host_config(mounts=binds, init=True, log_config=LogConfig(type="none"), **_host_kwargs(config))
     try:
         res = c.api.create_container(
             image, command=command, name=name, working_dir=TESTBED, environment=env, host_config=hc,

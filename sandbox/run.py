@@ -40,7 +40,7 @@ from sandbox.report import (
     resume_done,
 )
 from sandbox.toolchains import build_failure, go_requires
-from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree
+from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree, sweep_workspaces
 
 log = logging.getLogger(__name__)
 
@@ -390,6 +390,8 @@ def evaluate_predictions(
                 g.close()
             janitor.drain("container")
             ctr.remove_live(call)  # anything a starter thread created meanwhile
+            janitor.drain()
+            sweep_workspaces(call)  # an interrupted run leaves no repo copy behind, whichever race made one
             try:
                 write_report()
             except OSError:

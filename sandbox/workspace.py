@@ -34,6 +34,7 @@ SANDBOX_UID = SANDBOX_GID = 1000
 
 WS_PREFIX = "gagar-ws-"
 OWNER_FILE = "owner.pid"
+TAG_FILE = "call"
 
 
 def stale_workspaces(tmp_root: Path | None = None) -> list[Path]:
@@ -52,6 +53,21 @@ def stale_workspaces(tmp_root: Path | None = None) -> list[Path]:
         except PermissionError:
             pass  # alive, someone else's
     return out
+
+
+def sweep_workspaces(tag: str, tmp_root: Path | None = None) -> list[str]:
+    """Remove every workspace of this process tagged `tag` (one evaluation call) that is still there: the last
+    step of an interrupted run's cleanup, whatever thread or race left one behind. Returns their names."""
+    gone = []
+    for d in Path(tmp_root or tempfile.gettempdir()).glob(WS_PREFIX + "*"):
+        try:
+            mine = (d / OWNER_FILE).read_text().strip() == str(os.getpid()) and (d / TAG_FILE).read_text() == tag
+        except OSError:
+            continue
+        if mine:
+            remove_tree(d)
+            gone.append(d.name)
+    return gone
 
 
 class WorkspaceError(RuntimeError):
@@ -141,7 +157,9 @@ atexit.register(janitor.drain)
 class GroupWorkspace:
     """The repo at `base_commit` for one instance group, under a private temp dir removed on exit."""
 
-    def __init__(self, repos_dir: Path, repo: str, base_commit: str, *, tmp_root: Path | None = None) -> None:
+    def __init__(self, repos_dir: Path, repo: str, base_commit: str, *, tmp_root: Path | None = None,
+                 tag: str | None = None) -> None:
+        self.tag = tag  # the evaluation call it belongs to: `sweep_workspaces(tag)` finds it after an interrupt
         self.source = Path(repos_dir) / repo.replace("/", "__")
         self.base_commit = base_commit
         self.tmp_root = tmp_root
@@ -156,6 +174,8 @@ class GroupWorkspace:
             raise WorkspaceError(f"no git clone of the repo at {self.source} (expected <repos-dir>/<owner>__<name>)")
         self.root = Path(tempfile.mkdtemp(prefix=WS_PREFIX, dir=self.tmp_root))
         (self.root / OWNER_FILE).write_text(str(os.getpid()))
+        if self.tag:
+            (self.root / TAG_FILE).write_text(self.tag)
         try:
             self.base = self.root / "base"
             try:

@@ -110,6 +110,19 @@ def test_a_finished_group_never_reopens_its_repo(task: CalcTask) -> None:
     assert set(Path(tempfile.gettempdir()).glob(WS_PREFIX + "*")) == before
 
 
+def test_sweep_removes_only_this_calls_workspaces(task: CalcTask, tmp_path: Path) -> None:
+    """The last step of an interrupted run: workspaces tagged with its call id go, another call's stay."""
+    from sandbox.records import Instance
+    from sandbox.workspace import GroupWorkspace, sweep_workspaces
+
+    inst = Instance.from_dict(task.instance)
+    mine = GroupWorkspace(task.repos_dir, inst.repo, inst.base_commit, tmp_root=tmp_path, tag="call-a").__enter__()
+    other = GroupWorkspace(task.repos_dir, inst.repo, inst.base_commit, tmp_root=tmp_path, tag="call-b").__enter__()
+    assert sweep_workspaces("call-a", tmp_path) == [mine.root.name]
+    assert not mine.root.exists() and other.base.is_dir()
+    other.close()
+
+
 # ------------------------------------------------------------------------------------------------ Docker
 @pytest.mark.docker
 def test_every_status(task: CalcTask, tmp_path: Path) -> None:
