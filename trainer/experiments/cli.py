@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.experiments.loop import fmt
 from trainer.experiments.skew import REWARDS
 from trainer.experiments.verdicts import (
     VerdictError,
@@ -182,13 +183,9 @@ def _bloat(args: argparse.Namespace) -> int:
     for method, data in result["methods"].items():
         f = data["final"]
         print(f"  {method:<11} pass {f['pass_rate']['mean']:.3f}  minimal share "
-              f"{_fmt(f['minimal_share']['mean'])}  tier-1 share {_fmt(f['top_tier_share']['mean'])}  diff lines {_fmt(f['diff_lines']['mean'])}  "
+              f"{fmt(f['minimal_share']['mean'])}  tier-1 share {fmt(f['top_tier_share']['mean'])}  diff lines {fmt(f['diff_lines']['mean'])}  "
               f"entropy {f['entropy']['mean']:.3f}")
     return 0
-
-
-def _fmt(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.3f}"
 
 
 def _skew(args: argparse.Namespace) -> int:
@@ -250,9 +247,9 @@ def _loop(args: argparse.Namespace) -> int:
     print(f"loop: {result['seconds']} s -> {args.out / (stem + '.json')}, {args.out / (stem + '.png')}")
     for arm, data in result["results"].items():
         f = data["final"]
-        print(f"  {arm:<11} (last {result['tail_steps']} steps) pass {_fmt(f['pass_rate']['mean'])} "
-              f"± {_fmt(f['pass_rate']['std'])}  minimal share {_fmt(f['minimal_share']['mean'])}  "
-              f"passing diff lines {_fmt(f['passing_diff_lines']['mean'])}")
+        print(f"  {arm:<11} (last {result['tail_steps']} steps) pass {fmt(f['pass_rate']['mean'])} "
+              f"± {fmt(f['pass_rate']['std'])}  minimal share {fmt(f['minimal_share']['mean'])}  "
+              f"passing diff lines {fmt(f['passing_diff_lines']['mean'])}")
     return 0
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from sandbox.jsonl import read_jsonl
 from sandbox.records import EvalResult
+from trainer.experiments.verdicts import diff_size
 
 # arm name -> overrides of the base config (the default composition is whatever the config file says)
 ARMS: dict[str, list[str]] = {
@@ -110,7 +111,7 @@ def step_quality(run: Path, step: int, labels: dict[tuple[str, str], str]) -> di
                 continue
             patch = _patch_of(row)
             kinds.append(labels.get((r.instance_id, _norm(patch)), "other"))
-            lines.append(sum(1 for ln in patch.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")))
+            lines.append(diff_size(patch)[0])
     if not kinds:
         return {"minimal_share": None, "passing_diff_lines": None}
     return {"minimal_share": kinds.count("minimal") / len(kinds), "passing_diff_lines": sum(lines) / len(lines)}
@@ -177,7 +178,7 @@ def run_experiment(exp: LoopExperiment, log: Callable[[str], None] = print) -> d
             per_seed[arm].append(run_arm(exp, arm, seed, log))
             last = per_seed[arm][-1][-1]
             log(f"[{k}/{total}] {arm} seed {seed}: {time.monotonic() - t:.0f} s, last-step pass rate "
-                f"{_fmt(last.get('pass_rate'))}, minimal share {_fmt(last.get('minimal_share'))}")
+                f"{fmt(last.get('pass_rate'))}, minimal share {fmt(last.get('minimal_share'))}")
     tail = max(1, exp.steps // 4)
     return {
         "config": str(exp.config), "arms": {a: ARMS[a] for a in exp.arms}, "extra": exp.extra,
@@ -187,5 +188,6 @@ def run_experiment(exp: LoopExperiment, log: Callable[[str], None] = print) -> d
     }
 
 
-def _fmt(v: Any) -> str:
+def fmt(v: Any) -> str:
+    """A figure for the experiment logs: three decimals, or n/a where no run produced one."""
     return "n/a" if v is None else f"{v:.3f}"
