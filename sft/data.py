@@ -326,9 +326,11 @@ def main(argv: list[str]) -> int:
     if bad or not kinds:
         print(f"{prog}: unknown --kinds {', '.join(bad)}; choose from {', '.join(KINDS)}", file=sys.stderr)
         return 2
-    if args.variants < 1 or args.groups_per_instance < 1 or args.shuffles < 1 or not 0 <= args.val_fraction < 1:
+    if (args.variants < 1 or args.groups_per_instance < 1 or args.shuffles < 1 or not 0 <= args.val_fraction < 1
+            or args.rename < 0):
         print(
-            f"{prog}: --variants, --groups-per-instance and --shuffles must be >= 1, --val-fraction in [0, 1)",
+            f"{prog}: --variants, --groups-per-instance and --shuffles must be >= 1, --rename >= 0, "
+            "--val-fraction in [0, 1)",
             file=sys.stderr,
         )
         return 2

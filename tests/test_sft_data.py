@@ -187,6 +187,9 @@ def test_bad_input_exits_2(tmp_path, capsys):
         sft_main(["data", "--instances", "x", "--repos-dir", str(tmp_path), "--out", "o", "--kinds", "nope"])
         == 2
     )
+    capsys.readouterr()
+    assert sft_main(["data", "--instances", "x", "--repos-dir", str(tmp_path), "--out", "o", "--rename", "-1"]) == 2
+    assert "--rename >= 0" in capsys.readouterr().err
 
 
 @pytest.mark.docker
