@@ -63,12 +63,12 @@ reliability: setup
 	$(PY) bench/reliability.py
 
 # The learned judge, from scratch on CPU: data from the bundled tasks and their variants, a compact Qwen2 trained
-# with `gagar sft train`, then held-out figures -> bench/results/judge.json. One torch thread: on a shared
-# machine it did the same work in a third of the CPU time of two (JUDGE_THREADS=2 on a quiet one).
-JUDGE_THREADS ?= 1
+# with `gagar sft train`, then held-out figures -> bench/results/judge.json. Two torch threads (a quiet 2-core
+# machine: ~15 min of training); on a shared, loaded machine JUDGE_THREADS=1 wastes less CPU.
+JUDGE_THREADS ?= 2
 judge: venv tasks
 	$(GAGAR) sft data --instances $(TASKS)/instances.jsonl --repos-dir $(TASKS)/repos --out $(WORK)/judge/data \
-	    --variants 3 --groups-per-instance 8 --subsets --shuffles 2 --inspect none --cite findings
+	    --variants 3 --groups-per-instance 8 --subsets --shuffles 4 --inspect none --cite findings
 	OMP_NUM_THREADS=$(JUDGE_THREADS) $(GAGAR) sft train --config configs/judge_cpu.yaml
 	OMP_NUM_THREADS=$(JUDGE_THREADS) $(PY) bench/judge.py --data $(WORK)/judge/data --repos-dir $(TASKS)/repos \
 	    --model $(WORK)/models/judge --run-dir $(WORK)/judge/run

@@ -50,15 +50,44 @@ def _metrics(gradings, gold) -> dict:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in m.items()}
 
 
-def _cli(groups: Path, repos: Path, model: str, out: Path, max_new_tokens: int) -> tuple[list[dict], str]:
+def _cli(groups: Path, repos: Path, model: str, out: Path, max_new_tokens: int,
+         grammar: str = "auto") -> tuple[list[dict], str]:
     cmd = [sys.executable, "-m", "gagar", "grade", "--groups", str(groups), "--repos-dir", str(repos),
            "--out", str(out), "--judge", "llm", "--model", model, "--max-new-tokens", str(max_new_tokens),
-           "--redo", "--no-progress"]
+           "--answer-grammar", grammar, "--redo", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"gagar grade failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     return read_jsonl(out), proc.stdout.strip()
+
+
+def _judge_report(rows: list[dict], cli_out: str, gold: dict, heur: list, timing: dict) -> dict:
+    def m(sub: list[dict], ref: dict) -> dict:
+        ids = {r["instance_id"] for r in sub}  # scored on the groups of `sub` only (missing ones would score 0)
+        got = evaluate({r["instance_id"]: r["ranking"] for r in sub}, {k: v for k, v in ref.items() if k in ids})
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in got.items()}
+
+    in_grammar = [r for r in rows if not r["fallback"] and any("answer grammar" in n for n in r.get("notes", []))]
+    free = [r for r in rows if not r["fallback"] and r not in in_grammar]
+    # Reply-level parse rate, as the CLI reports it: free replies that were usable / all free replies.
+    m_parse = re.search(r"judge replies: (\d+), usable (\d+)", cli_out)
+    replies, usable = (int(m_parse.group(1)), int(m_parse.group(2))) if m_parse else (0, 0)
+    n = max(1, len(rows))
+    return {
+        **m(rows, gold),
+        "fallback_rate": round(sum(bool(r["fallback"]) for r in rows) / n, 4),
+        "answer_rate": round(sum(not r["fallback"] for r in rows) / n, 4),  # groups ranked by the model itself
+        "replies": replies,
+        "parse_rate": round(usable / max(1, replies), 4),  # free-form replies only
+        "grammar_answer_share": round(len(in_grammar) / n, 4),
+        "free_answers_only": m(free, gold) if free else None,
+        "grammar_answers_only": m(in_grammar, gold) if in_grammar else None,
+        # Agreement with the heuristic on the same groups (how far the learned judge is its own ranker).
+        "vs_heuristic": m(rows, {g.instance_id: g.ranking for g in heur}),
+        "cli_summary": cli_out,
+        **timing,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,30 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     heur, t_h = _timed(lambda: grade_groups(groups, args.repos_dir, judge="heuristic"))
     report["heuristic"] = {**_metrics(heur, gold), **t_h}
 
-    # The learned judge as users run it: the CLI, batched (its default), on every held-out group.
-    (cli_rows, cli_out), t_cli = _timed(lambda: _cli(graded_file, args.repos_dir, args.model,
-                                                     args.run_dir / "heldout_gradings.jsonl", args.max_new_tokens))
-    cli_rank = {r["instance_id"]: r["ranking"] for r in cli_rows}
-    m = evaluate(cli_rank, gold)
-    fallbacks = sum(bool(r["fallback"]) for r in cli_rows)
-    report["judge_cli"] = {**{k: round(v, 4) if isinstance(v, float) else v for k, v in m.items()},
-                           "fallback_rate": round(fallbacks / max(1, len(cli_rows)), 4), "cli_summary": cli_out}
-
-    # Reply-level parse rate, as the CLI reports it: usable replies / all replies of the model.
-    m_parse = re.search(r"judge replies: (\d+), usable (\d+)", cli_out)
-    replies, usable = (int(m_parse.group(1)), int(m_parse.group(2))) if m_parse else (0, 0)
-    report["judge_cli"].update(replies=replies, parse_rate=round(usable / max(1, replies), 4), **t_cli)
-    own = [r for r in cli_rows if not r["fallback"]]
-    report["judge_cli"]["own_answers_only"] = {
-        k: round(v, 4) if isinstance(v, float) else v
-        for k, v in evaluate({r["instance_id"]: r["ranking"] for r in own}, gold).items()
-    }
-    # Agreement with the heuristic on the same groups (how far the learned judge is its own ranker).
-    report["judge_vs_heuristic"] = {
-        k: round(v, 4) if isinstance(v, float) else v
-        for k, v in evaluate(cli_rank, {g.instance_id: g.ranking for g in heur}).items()
-    }
-
+    # The learned judge as users run it: the CLI, batched (its default), on every held-out group; then the same
+    # with free replies only (no answer grammar: an unusable reply gets one retry, then the heuristic fallback).
+    for key, grammar in (("judge_cli", "auto"), ("judge_cli_free", "off")):
+        (rows, out), t_cli = _timed(lambda g=grammar: _cli(graded_file, args.repos_dir, args.model,
+                                                           args.run_dir / f"heldout_gradings_{g}.jsonl",
+                                                           args.max_new_tokens, g))
+        report[key] = _judge_report(rows, out, gold, heur, t_cli)
     backend = make_backend("transformers", args.model)
     sub = groups[: args.speed_groups]
     speed = {}
@@ -140,10 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     speed["torch_threads"] = __import__("torch").get_num_threads()
     report["speed"] = speed
     atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
-    j, h = report["judge_cli"], report["heuristic"]
-    print(f"held-out groups {len(groups)}: judge top-1 {j['top1']:.3f} pairwise {j['pairwise_accuracy']:.3f} "
-          f"tau {j['kendall_tau']:.3f} parse {j['parse_rate']:.3f} fallback {j['fallback_rate']:.3f} | heuristic "
-          f"top-1 {h['top1']:.3f} pairwise {h['pairwise_accuracy']:.3f} tau {h['kendall_tau']:.3f} -> {args.out}")
+    h = report["heuristic"]
+    for key in ("judge_cli", "judge_cli_free"):
+        j = report[key]
+        print(f"{key} ({len(groups)} held-out groups): top-1 {j['top1']:.3f} pairwise {j['pairwise_accuracy']:.3f} "
+              f"tau {j['kendall_tau']:.3f} free parse {j['parse_rate']:.3f} grammar {j['grammar_answer_share']:.3f} "
+              f"fallback {j['fallback_rate']:.3f}")
+    print(f"heuristic: top-1 {h['top1']:.3f} pairwise {h['pairwise_accuracy']:.3f} tau {h['kendall_tau']:.3f} "
+          f"-> {args.out}")
     return 0
 
 

@@ -28,6 +28,10 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-groups", type=int, default=8,
                    help="LLM judge: groups whose conversations share each model batch (1 = one at a time)")
+    p.add_argument("--answer-grammar", choices=["auto", "on", "off"], default="auto",
+                   help="LLM judge: when a free reply is not a valid answer, decode the model's most likely valid "
+                        "answer in the answer grammar instead of retrying and falling back (auto: where the "
+                        "backend can, i.e. transformers; off: free replies only)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -74,6 +78,9 @@ def _validate_judge_args(args: argparse.Namespace) -> str | None:
             return "--judge llm needs --model (a local path or hub id; the served model name with --backend openai)"
         if args.backend == "openai" and not args.base_url:
             return "--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)"
+        if args.answer_grammar == "on" and args.backend != "transformers":
+            return ("--answer-grammar on needs --backend transformers (it scores the grammar's choices in-process); "
+                    f"with --backend {args.backend} use auto or off")
     return None
 
 
@@ -100,10 +107,12 @@ def _run(
             groups, args.repos_dir, judge=args.judge, backend=backend, permutations=args.permutations,
             seed=args.seed, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
             batch_groups=args.batch_groups, on_result=done, stats=stats,
+            answer_grammar={"auto": None, "on": True, "off": False}[args.answer_grammar],
         )
     if stats["replies"]:
         usable = stats["replies"] - stats["unusable_replies"]
         print(f"judge replies: {stats['replies']}, usable {usable} (parse rate {usable / stats['replies']:.3f}), "
+              f"answers decoded in the grammar {stats['grammar_answers']}, "
               f"tool calls {stats['tool_calls']}, model batches {stats['batches']}")
     return fallbacks
 

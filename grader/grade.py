@@ -23,10 +23,12 @@ JUDGES = ("heuristic", "llm")
 BATCH_GROUPS = 8
 
 
-def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int, stats: Counter[str] | None) -> LLMJudge:
+def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int, stats: Counter[str] | None,
+         answer_grammar: bool | None) -> LLMJudge:
     if backend is None:
         raise ValueError("judge='llm' needs a backend (see grader.backends)")
-    return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens, stats=stats)
+    return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens, stats=stats,
+                    answer_grammar=answer_grammar)
 
 
 def grade_group(
@@ -39,10 +41,11 @@ def grade_group(
     seed: int = 0,
     max_turns: int = 12,
     max_new_tokens: int = 512,
+    answer_grammar: bool | None = None,
 ) -> Grading:
     return grade_groups(
         [group], repos_dir, judge=judge, backend=backend, permutations=permutations, seed=seed,
-        max_turns=max_turns, max_new_tokens=max_new_tokens,
+        max_turns=max_turns, max_new_tokens=max_new_tokens, answer_grammar=answer_grammar,
     )[0]
 
 
@@ -59,14 +62,17 @@ def grade_groups(
     batch_groups: int = BATCH_GROUPS,
     on_result: Callable[[Grading], None] | None = None,
     stats: Counter[str] | None = None,
+    answer_grammar: bool | None = None,
 ) -> list[Grading]:
     """Grade every group, in order; `on_result` is called after each (the CLI saves and advances its bar).
 
-    `stats` (LLM judge) accumulates reply counts: `replies`, `unusable_replies`, `runs`, `failed_runs`, ...
+    `stats` (LLM judge) accumulates reply counts: `replies`, `unusable_replies`, `runs`, `failed_runs`,
+    `grammar_answers`, ... `answer_grammar` (LLM judge): None decodes the answer in the answer grammar
+    (`grader.grammar`) whenever a free reply is unusable and the backend can score continuations; False never.
     """
     if judge not in JUDGES:
         raise ValueError(f"unknown judge {judge!r}; choose heuristic or llm")
-    llm = _llm(backend, max_turns, max_new_tokens, stats) if judge == "llm" else None
+    llm = _llm(backend, max_turns, max_new_tokens, stats, answer_grammar) if judge == "llm" else None
     it = iter(groups)
     out: list[Grading] = []
     while chunk := list(islice(it, max(1, batch_groups) if llm else 1)):

@@ -19,12 +19,15 @@ from typing import Any
 
 from grader.aggregate import aggregate_tiers, agreement, borda
 from grader.backends import BackendError, ChatBackend, chat_batch
+from grader.grammar import decode_answers
 from grader.heuristic import append_unapplied, rank_workspace
 from grader.prompt import (
     Answer,
     ParseError,
     ToolCall,
     build_initial_messages,
+    cite_options,
+    format_answer,
     format_tool_result,
     parse_assistant,
     validate_answer,
@@ -49,6 +52,7 @@ class RunResult:
     reason: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: int = 0
+    grammar: bool = False  # the answer was decoded in the answer grammar (the free reply was unusable)
 
 
 class _Run:
@@ -63,13 +67,15 @@ class _Run:
         self.calls = 0
         self.retries = 0  # replies that were neither a usable tool call nor a valid answer
         self.replies = 0
+        self.needs_grammar = False  # the free reply was unusable: decode the answer in the grammar instead
         self.result: RunResult | None = None
 
     def fail(self, reason: str) -> None:
         self.result = RunResult(False, reason=reason, messages=self.messages, tool_calls=self.calls)
 
-    def advance(self, reply: str | BackendError, turn: int, max_turns: int) -> None:
-        """Take the model's reply of this turn: run its tool call, accept its answer, or ask again."""
+    def advance(self, reply: str | BackendError, turn: int, max_turns: int, grammar: bool = False) -> None:
+        """Take the model's reply of this turn: run its tool call, accept its answer, or ask again (with
+        `grammar`: mark the run for an answer decoded in the grammar instead)."""
         if isinstance(reply, BackendError):
             return self.fail(f"backend error: {reply}")
         self.replies += 1
@@ -92,6 +98,10 @@ class _Run:
             problem = "no more tool calls are allowed"
         self.unusable += 1
         self.retries += 1
+        if grammar:
+            self.messages.pop()  # the grammar answer replaces the unusable reply, decoded from what preceded it
+            self.needs_grammar = True
+            return None
         if self.unusable >= MAX_UNUSABLE or turn == max_turns:
             return self.fail(problem)
         self.messages.append({
@@ -125,9 +135,17 @@ class LLMJudge:
         max_new_tokens: int = 512,
         temperature: float = 0.0,
         stats: Counter[str] | None = None,
+        answer_grammar: bool | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
+        score = getattr(backend, "score_continuations", None)
+        if answer_grammar and not callable(score):
+            raise ValueError(f"the {getattr(backend, 'name', 'model')} backend cannot decode answers in the grammar "
+                             "(it scores no continuations); use the transformers backend or answer_grammar=False")
+        # None: wherever the backend can. An unusable free reply then becomes the model's most likely valid
+        # answer (grader.grammar) rather than a retry and, failing that, the heuristic fallback.
+        self.score = score if answer_grammar is not False and callable(score) else None
         self.backend = backend
         self.max_turns = max_turns
         self.max_new_tokens = max_new_tokens
@@ -149,13 +167,33 @@ class LLMJudge:
                                  max_new_tokens=self.max_new_tokens, temperature=self.temperature)
             self.stats["batches"] += 1
             for run, reply in zip(active, replies, strict=True):
-                run.advance(reply, turn, self.max_turns)
+                run.advance(reply, turn, self.max_turns, grammar=self.score is not None)
+            self._decode_in_grammar([run for run in active if run.needs_grammar])
         for run in runs:
             if run.result is None:
                 run.fail("turn budget exhausted")
             self.stats.update(runs=1, failed_runs=int(not run.result.ok), replies=run.replies,
                               unusable_replies=run.retries, tool_calls=run.calls)
         return [run.result for run in runs if run.result is not None]
+
+    def _decode_in_grammar(self, runs: list[_Run]) -> None:
+        """Answer for every run whose free reply was unusable: the model's most likely valid answer."""
+        if not runs or self.score is None:
+            return
+        requests = []
+        for run in runs:
+            run.ws.relabel(run.seed)
+            requests.append((list(run.messages), run.labels, cite_options(run.ws, run.labels)))
+        for run, ans in zip(runs, decode_answers(requests, self.score), strict=True):
+            run.needs_grammar = False
+            if isinstance(ans, BackendError):
+                run.fail(f"backend error: {ans}")
+                continue
+            run.messages.append({"role": "assistant", "content": format_answer(ans.ranking, ans.tiers, ans.evidence)})
+            run.ws.relabel(run.seed)
+            run.result = _mapped(run.ws, ans, run.messages, run.calls)
+            run.result.grammar = True
+            self.stats["grammar_answers"] += 1
 
     def run_once(self, ws: SharedWorkspace) -> RunResult:
         """One tool-loop conversation over the workspace's current letters."""
@@ -200,6 +238,9 @@ class LLMJudge:
             for rid, ev in run.evidence.items():
                 evidence[rid].extend(e for e in ev if e not in evidence[rid])
         append_unapplied(ranking, tiers, evidence, ws.failed)
+        in_grammar = sum(run.grammar for run in good)
+        if in_grammar:
+            failed_notes.append(f"{in_grammar} of {len(good)} answers decoded in the answer grammar")
         return Grading(
             instance_id=iid,
             ranking=ranking,

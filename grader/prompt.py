@@ -2,7 +2,7 @@
 
 A conversation is: system (criteria, tools, answer format) → user (problem + candidate summary) → assistant
 tool calls `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, each followed by a `tool` message with the
-result → assistant `<answer>{"ranking": [...], "tiers": {...}, "evidence": {...}}</answer>`. Parsing is lenient
+result → assistant `<answer>{"tiers": {...}, "evidence": {...}, "ranking": [...]}</answer>`. Parsing is lenient
 (any JSON object in the text is accepted) because small models drift from the exact tags.
 """
 
@@ -47,13 +47,13 @@ Tools:
 {_tool_lines()}
 
 When you have seen enough, reply with the final answer:
-<answer>{{"ranking": ["B", "A", "C"], "tiers": {{"A": 1, "B": 1, "C": 3}}, \
-"evidence": {{"C": ["path/to/file.py:42: adds a debug print"]}}}}</answer>
-- ranking: every candidate letter exactly once, best first.
-- tiers: 1 (clean and minimal), 2 (acceptable with minor issues), 3 (significant problems); tiers never \
-improve further down the ranking.
+<answer>{{"tiers": {{"A": 1, "B": 1, "C": 3}}, "evidence": {{"C": ["path/to/file.py:42: adds a debug print"]}}, \
+"ranking": ["B", "A", "C"]}}</answer>
+- tiers: every candidate letter, in letter order: 1 (clean and minimal), 2 (acceptable with minor issues), \
+3 (significant problems).
 - evidence: for every candidate not in tier 1, at least one string citing a location (file:line or a hunk) \
-and what is wrong there."""
+and what is wrong there.
+- ranking: every candidate letter exactly once, best first; tiers never improve further down the ranking."""
 
 
 @dataclass
@@ -102,12 +102,36 @@ def candidate_findings(workspace: SharedWorkspace, labels: list[str]) -> dict[st
     return out
 
 
+def cite_options(workspace: SharedWorkspace, labels: list[str]) -> dict[str, list[str]]:
+    """What an answer may cite for each candidate: its static findings as the prompt shows them, or, for a
+    candidate without any, its diffstat lines (`path: +a -r lines`). Never empty."""
+    from grader.tools import diffstat
+
+    out = {}
+    for lab, cites in candidate_findings(workspace, labels).items():
+        stats = [f"{p}: +{a} -{r} lines" for p, a, r in diffstat(workspace.candidate(lab).patch)]
+        out[lab] = cites or stats or ["the patch changes no file"]
+    return out
+
+
 def findings_view(workspace: SharedWorkspace, labels: list[str]) -> str:
     """The static analysis of every diff, as evidence to weigh and cite (it names no ranking and no score)."""
     lines = ["Static findings (from each diff's structure; weigh them, cite them, verify with tools):"]
     for lab, cites in candidate_findings(workspace, labels).items():
-        lines.append(f"{lab}: " + ("; ".join(cites) if cites else "none"))
+        # The count leads the line: how many findings a candidate has is read at a glance, by a reader or a
+        # small model (and it is a fact about the diff, not a verdict).
+        n = len(cites)
+        lines.append(f"{lab}: {_count_word(n)} finding{'' if n == 1 else 's'}" + (": " + "; ".join(cites) if cites else ""))
     return "\n".join(lines)
+
+
+_NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six")
+
+
+def _count_word(n: int) -> str:
+    # A word, not a digit: the prompt's other numbers are sizes and line numbers, and a count written like them
+    # is easy to misread for one (by a small model above all).
+    return _NUMBER_WORDS[n] if n < len(_NUMBER_WORDS) else str(n)
 
 
 def format_tool_call(name: str, args: dict[str, Any]) -> str:
@@ -119,10 +143,12 @@ def format_tool_result(name: str, text: str) -> dict[str, Any]:
 
 
 def format_answer(ranking: list[str], tiers: dict[str, int], evidence: dict[str, list[str]]) -> str:
+    """The answer as the judge writes it: each candidate's verdict (tier, evidence) in letter order first, the
+    ranking last, so the ranking is decided after, and conditioned on, the per-candidate verdicts."""
     body = {
+        "tiers": {k: int(tiers[k]) for k in sorted(ranking) if k in tiers},
+        "evidence": {k: list(evidence[k]) for k in sorted(evidence) if evidence[k]},
         "ranking": list(ranking),
-        "tiers": {k: int(tiers[k]) for k in ranking if k in tiers},
-        "evidence": {k: list(v) for k, v in evidence.items() if v},
     }
     return "<answer>" + json.dumps(body, ensure_ascii=False) + "</answer>"
 

@@ -114,7 +114,8 @@ def tool_list_candidates(ws: SharedWorkspace, args: dict[str, Any]) -> str:
         add = sum(a for _, a, _ in stats)
         rem = sum(r for _, _, r in stats)
         files = ", ".join(f"{p} (+{a} -{r})" for p, a, r in stats)
-        out.append(f"{lab}: {len(stats)} file(s), +{add} -{rem}: {files}")
+        # Sizes first: a number right after `A: ` is, in the judge's prompt, only ever a count of findings.
+        out.append(f"{lab}: +{add} -{rem} in {len(stats)} file(s): {files}")
     if ws.failed:
         out.append(f"({len(ws.failed)} other candidate(s) could not be staged and are not part of this ranking)")
     return bound("\n".join(out))

@@ -4,6 +4,8 @@ One class for both. Given a path it loads the model (and adapter) for inference;
 (the policy being trained) it samples from that very object, so no weight push is ever needed. Batches are
 left-padded so every row's completion starts at the same column; the judge's conversations of one turn and the
 policy's n rollouts of a step each go through `generate` as one batch (chunks of `batch_size`).
+`score_continuations` scores given continuations instead of sampling one: the judge's answer grammar chooses
+by it (`grader.grammar`).
 """
 
 from __future__ import annotations
@@ -174,6 +176,78 @@ class TransformersBackend:
             samples = self.generate([ids for _, ids in todo], max_new_tokens=new_tokens, temperature=temperature)
             for (i, ids), s in zip(todo, samples, strict=True):
                 out[i] = (s.text, len(ids), len(s.token_ids))
+        return out
+
+    def score_continuations(
+        self, requests: list[tuple[Messages, str, list[str]]]
+    ) -> list[list[float] | BackendError]:
+        """Log-probability of each option as the assistant's reply continuing `prefix`, per (messages, prefix,
+        options) request: what grammar-constrained answers (`grader.grammar`) choose by.
+
+        Each option is tokenized with everything before it, as the model reads it, and scored from the first
+        token where the options' tokenizations part: the shared part has the same probability for all of them,
+        so the scores rank the whole texts. All rows of all requests go through left-padded forward batches.
+        """
+        rows: list[tuple[int, list[int], int]] = []  # (request, token ids, first scored position)
+        out: list[list[float] | BackendError] = []
+        for ri, (msgs, prefix, options) in enumerate(requests):
+            try:
+                head = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            except Exception as exc:  # templates raise on roles or shapes they do not support
+                out.append(BackendError(f"the chat template rejected the conversation: {exc}"))
+                continue
+            seqs = [list(self.tokenizer(head + prefix + o, add_special_tokens=False)["input_ids"]) for o in options]
+            longest = max(map(len, seqs))
+            if self.max_positions and longest > self.max_positions:
+                out.append(BackendError(f"conversation of {longest} tokens exceeds the model's {self.max_positions}"))
+                continue
+            start = min(map(len, seqs)) - 1  # every option keeps at least one scored token
+            for seq in seqs[1:]:
+                start = min(start, next((k for k, (x, y) in enumerate(zip(seqs[0], seq, strict=False)) if x != y), start))
+            rows += [(ri, seq, max(1, start)) for seq in seqs]
+            out.append([])
+        row_scores = [0.0] * len(rows)
+        order = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))
+        for i in range(0, len(order), self.batch_size):
+            chunk = order[i : i + self.batch_size]
+            for r, lp in zip(chunk, self._tail_logprobs([(rows[r][1], rows[r][2]) for r in chunk]), strict=True):
+                row_scores[r] = lp
+        for (ri, _, _), lp in zip(rows, row_scores, strict=True):
+            got = out[ri]
+            if isinstance(got, list):
+                got.append(lp)
+        return out
+
+    def _tail_logprobs(self, rows: list[tuple[list[int], int]]) -> list[float]:
+        """Sum of log P(token) over positions start.. of each row, in one left-padded forward pass."""
+        import torch
+
+        model = self.model
+        device = next(model.parameters()).device
+        width = max(len(ids) for ids, _ in rows)
+        keep = max(len(ids) - start for ids, start in rows) + 1  # logits for the scored tail (and the one before)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, (seq, _) in enumerate(rows):
+            ids[r, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            mask[r, width - len(seq) :] = 1
+        # Left padding shifts every row; positions count real tokens only, as they did in training.
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        with self._lock, torch.no_grad():
+            was_training = model.training
+            model.eval()
+            try:
+                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                               position_ids=pos.to(device), logits_to_keep=keep).logits.float()
+            finally:
+                model.train(was_training)
+        logp = torch.log_softmax(logits, dim=-1).cpu()
+        out = []
+        for r, (seq, start) in enumerate(rows):
+            n = len(seq) - start  # scored tokens: the last n of the row, predicted by the n positions before
+            tgt = torch.tensor(seq[start:], dtype=torch.long)
+            pred = logp[r, keep - 1 - n : keep - 1]
+            out.append(float(pred.gather(-1, tgt[:, None]).sum()))
         return out
 
     def chat(self, messages: Messages, *, max_new_tokens: int = 512, temperature: float = 0.0) -> str:

@@ -263,7 +263,8 @@ def write_dataset(
         rows[split].extend(recs)
         groups[split].append(s["group"].to_dict())
         labels[split].append(
-            {"instance_id": s["group"].instance_id, "order": s["order"], "tiers": s["tiers"]}
+            # the records' tiers: with --cite findings they are what the prompt shows (sft.records)
+            {"instance_id": s["group"].instance_id, "order": s["order"], "tiers": recs[0]["tiers"]}
         )
     out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "val"):

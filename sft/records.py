@@ -16,13 +16,14 @@ from grader.prompt import (
     Answer,
     build_initial_messages,
     candidate_findings,
+    cite_options,
     format_answer,
     format_tool_call,
     format_tool_result,
     validate_answer,
 )
 from grader.records import Group
-from grader.tools import diffstat, run_tool
+from grader.tools import run_tool
 from grader.workspace import SharedWorkspace
 
 _LETTER_PREFIX = re.compile(r"^\[as candidate [A-Z]+\]\s*")
@@ -70,9 +71,10 @@ def build_records(
     """One record per letter shuffle in `seeds`, all from one staged workspace.
 
     `inspect=False` answers straight from the first user turn (summary + static findings): the short
-    conversation a small judge learns. `cite="findings"` makes the evidence of each candidate below tier 1
-    its first static finding as the prompt shows it (or its diffstat line when it has none), so every cited
-    string is one the model can see; `cite="given"` uses `evidence` (e.g. the known edits of a degradation).
+    conversation a small judge learns. `cite="findings"` answers from what the prompt shows: tiers from the
+    number of static findings (`_visible_tiers`; `tiers` is then not used) and, for each candidate below
+    tier 1, its first finding as evidence (or its diffstat line when it has none); `cite="given"` uses `tiers`
+    and `evidence` (e.g. the known edits of a degradation).
     """
     if cite not in ("given", "findings"):
         raise ValueError(f"cite must be 'given' or 'findings', got {cite!r}")
@@ -81,26 +83,32 @@ def build_records(
         if ws.failed:
             rid, why = next(iter(ws.failed.items()))
             raise RecordError(f"{group.instance_id}: candidate {rid} could not be staged: {why}")
+        if cite == "findings":
+            tiers = _visible_tiers(ws, order)
         for seed in seeds:
             ws.relabel(seed)
-            ev = _cited(ws, evidence, tiers) if cite == "findings" else evidence
+            ev = _cited(ws, tiers) if cite == "findings" else evidence
             out.append(_record(ws, order, tiers, ev, inspect, extra_calls or []))
     return out
 
 
-def _cited(ws: SharedWorkspace, evidence: dict[str, list[str]], tiers: dict[str, int]) -> dict[str, list[str]]:
+def _visible_tiers(ws: SharedWorkspace, order: list[str]) -> dict[str, int]:
+    """Tiers from what the prompt shows: 1 with no static finding, 2 with one, 3 with more; never better than
+    the candidate ranked above. A defect the findings miss (a rename, a reformat) still orders the ranking,
+    but a tier the prompt gives no reason for would teach a small judge to guess."""
     found = candidate_findings(ws, ws.labels)
-    out: dict[str, list[str]] = {}
-    for lab in ws.labels:
-        rid = ws.rollout_of(lab)
-        if tiers.get(rid, 1) == 1:
-            continue  # tier 1 needs no evidence: an answer cites only what is wrong
-        if found[lab]:
-            out[rid] = found[lab][:1]
-        else:
-            stats = diffstat(ws.candidate(lab).patch)
-            out[rid] = [f"{p}: +{a} -{r} lines" for p, a, r in stats[:1]] or list(evidence.get(rid, []))[:1]
-    return out
+    tiers: dict[str, int] = {}
+    floor = 1
+    for rid in order:
+        floor = max(floor, min(3, 1 + len(found[ws.rollout_to_label[rid]])))
+        tiers[rid] = floor
+    return tiers
+
+
+def _cited(ws: SharedWorkspace, tiers: dict[str, int]) -> dict[str, list[str]]:
+    # The first of what the judge may cite (grader.prompt.cite_options): the same choices its decoder offers.
+    options = cite_options(ws, ws.labels)
+    return {ws.rollout_of(lab): options[lab][:1] for lab in ws.labels if tiers.get(ws.rollout_of(lab), 1) != 1}
 
 
 def _record(

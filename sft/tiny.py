@@ -257,8 +257,9 @@ def frequent_lines(path: str | os.PathLike, *, share: float = 0.3, min_chars: in
     for rec in read_jsonl(path):
         records += 1
         msgs = rec.get("messages")
+        # Prompts only: an answer made one token (a tiny corpus repeats its few answers) leaves nothing to learn.
         lines = {ln for m in msgs or [] if isinstance(m, dict) and isinstance(m.get("content"), str)
-                 for ln in m["content"].splitlines() if len(ln) >= min_chars}
+                 and m.get("role") != "assistant" for ln in m["content"].splitlines() if len(ln) >= min_chars}
         counts.update(lines)
     keep = [ln for ln, c in counts.items() if records and c >= share * records]
     # An added token matches anywhere, so a line that begins a longer one (`Candidates ...: A, B` inside

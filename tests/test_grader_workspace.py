@@ -89,7 +89,7 @@ def test_tools_are_bounded_and_safe(calc, tmp_path):
     with SharedWorkspace(g, repos) as ws:
         a, b = ws.label_of("one"), ws.label_of("two")
         listing = run_tool(ws, "list_candidates", {})
-        assert f"{a}: 2 file(s), +601 -1" in listing
+        assert f"{a}: +601 -1 in 2 file(s)" in listing
         diff = run_tool(ws, "show_diff", {"candidate": a})
         assert "[truncated:" in diff and "offset=" in diff
         assert len(diff.splitlines()) <= MAX_LINES + 3

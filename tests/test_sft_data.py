@@ -108,6 +108,20 @@ def test_renamed_copies_keep_the_label_and_make_every_citation_a_copy(tasks, tmp
         for cites in b.evidence.values():
             for cite in cites:
                 assert cite.split(":", 1)[0] in prompt
+    # --cite findings answers from what the prompt shows: a tier per the number of findings the prompt
+    # counts for the candidate, never better than the candidate ranked above.
+    for rec in plain + list(val):
+        ans = parse_assistant(rec["messages"][-1]["content"])
+        prompt = rec["messages"][1]["content"]
+        shown = prompt[prompt.index("Static findings"):].splitlines()[1:]
+        floor = 1
+        for lab in ans.ranking:
+            [line] = [ln for ln in shown if ln.startswith(f"{lab}: ")]
+            words = ["no", "one", "two", "three", "four", "five", "six"]
+            count = words.index(line.split()[1])
+            assert (count == 0) == line.endswith(": no findings")  # findings follow the count, if any
+            floor = max(floor, min(3, 1 + count))
+            assert ans.tiers[lab] == floor, (rec["instance_id"], lab, line)
 
 
 def test_record_round_trips_through_chat_template(data, tmp_path):
