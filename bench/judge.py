@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from grader.backends import make_backend  # noqa: E402
 from grader.grade import grade_groups  # noqa: E402
+from grader.judge import decoded_in_grammar  # noqa: E402
 from grader.metrics import evaluate  # noqa: E402
 from grader.records import load_groups, read_jsonl, write_jsonl_atomic  # noqa: E402
 from sandbox.report import atomic_write_text  # noqa: E402
@@ -68,7 +69,7 @@ def _judge_report(rows: list[dict], cli_out: str, gold: dict, heur: list, timing
         got = evaluate({r["instance_id"]: r["ranking"] for r in sub}, {k: v for k, v in ref.items() if k in ids})
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in got.items()}
 
-    in_grammar = [r for r in rows if not r["fallback"] and any("answer grammar" in n for n in r.get("notes", []))]
+    in_grammar = [r for r in rows if not r["fallback"] and decoded_in_grammar(r.get("notes", []))]
     free = [r for r in rows if not r["fallback"] and r not in in_grammar]
     # Reply-level parse rate, as the CLI reports it: free replies that were usable / all free replies.
     m_parse = re.search(r"judge replies: (\d+), usable (\d+)", cli_out)

@@ -39,6 +39,12 @@ from grader.workspace import SharedWorkspace
 log = logging.getLogger(__name__)
 
 MAX_UNUSABLE = 2  # the first unusable reply gets feedback and a retry; the second ends the run
+GRAMMAR_NOTE = "answers decoded in the answer grammar"  # ends a grading's note when any answer was
+
+
+def decoded_in_grammar(notes: list[str]) -> bool:
+    """Whether a grading (by its `notes`) rests on answers decoded in the answer grammar, not free replies."""
+    return any(n.endswith(GRAMMAR_NOTE) for n in notes)
 
 
 @dataclass
@@ -240,7 +246,7 @@ class LLMJudge:
         append_unapplied(ranking, tiers, evidence, ws.failed)
         in_grammar = sum(run.grammar for run in good)
         if in_grammar:
-            failed_notes.append(f"{in_grammar} of {len(good)} answers decoded in the answer grammar")
+            failed_notes.append(f"{in_grammar} of {len(good)} {GRAMMAR_NOTE}")
         return Grading(
             instance_id=iid,
             ranking=ranking,

@@ -79,32 +79,31 @@ def compare(
     *,
     max_turns: int,
     max_new_tokens: int,
+    answer_grammar: bool | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows of the comparison table: heuristic, judge (own answers only), judge with heuristic fallback."""
+    """Rows of the comparison table: heuristic, judge (own answers only), judge with heuristic fallback.
+
+    `parse_rate` counts the groups answered by a usable free reply; `grammar_rate` those whose answer was
+    decoded in the answer grammar (`grader.grammar`): the model's choices, not its free-form writing.
+    """
     from grader.grade import grade_groups
+    from grader.judge import decoded_in_grammar
 
     todo = [g for g in groups if g.instance_id in gold]
     heur = grade_groups(todo, repos_dir, judge="heuristic")
-    judged = grade_groups(
-        todo, repos_dir, judge="llm", backend=backend, max_turns=max_turns, max_new_tokens=max_new_tokens
-    )
+    judged = grade_groups(todo, repos_dir, judge="llm", backend=backend, max_turns=max_turns,
+                          max_new_tokens=max_new_tokens, answer_grammar=answer_grammar)
     own = {g.instance_id: g.ranking for g in judged if not g.fallback}
+    n = len(todo) or 1
+    in_grammar = sum(not g.fallback and decoded_in_grammar(g.notes) for g in judged) / n
+    parse = len(own) / n - in_grammar
     rows = [
-        {
-            "ranker": "heuristic",
-            **evaluate({g.instance_id: g.ranking for g in heur}, gold),
-            "parse_rate": 1.0,
-        },
-        {
-            "ranker": f"judge {getattr(backend, 'name', '')}".strip(),
-            **evaluate(own, gold),
-            "parse_rate": len(own) / len(todo) if todo else 0.0,
-        },
-        {
-            "ranker": "judge+fallback",
-            **evaluate({g.instance_id: g.ranking for g in judged}, gold),
-            "parse_rate": len(own) / len(todo) if todo else 0.0,
-        },
+        {"ranker": "heuristic", **evaluate({g.instance_id: g.ranking for g in heur}, gold),
+         "parse_rate": 1.0, "grammar_rate": 0.0},
+        {"ranker": f"judge {getattr(backend, 'name', '')}".strip(), **evaluate(own, gold),
+         "parse_rate": parse, "grammar_rate": in_grammar},
+        {"ranker": "judge+fallback", **evaluate({g.instance_id: g.ranking for g in judged}, gold),
+         "parse_rate": parse, "grammar_rate": in_grammar},
     ]
     return rows
 
@@ -114,7 +113,7 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("ranker", "groups", "top-1", "pairwise", "Kendall tau", "parse rate"):
+    for col in ("ranker", "groups", "top-1", "pairwise", "Kendall tau", "parse rate", "in grammar"):
         table.add_column(col, justify="left" if col == "ranker" else "right")
     for r in rows:
         table.add_row(
@@ -124,6 +123,7 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
             f"{r['pairwise_accuracy']:.3f}",
             f"{r['kendall_tau']:.3f}",
             f"{r['parse_rate']:.2f}",
+            f"{r['grammar_rate']:.2f}",
         )
     Console(width=110).print(table)
 
@@ -140,6 +140,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-turns", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--max-groups", type=int, help="evaluate only the first N groups")
+    p.add_argument("--answer-grammar", choices=["auto", "on", "off"], default="auto",
+                   help="decode an unusable free reply's answer in the answer grammar (as `gagar grade`)")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
     prog = "gagar sft eval"
@@ -159,6 +161,7 @@ def main(argv: list[str]) -> int:
             backend,
             max_turns=args.max_turns,
             max_new_tokens=args.max_new_tokens,
+            answer_grammar={"auto": None, "on": True, "off": False}[args.answer_grammar],
         )
     except (InputError, ValueError, OSError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

@@ -149,6 +149,7 @@ def test_eval_prints_judge_and_heuristic(setup, capsys):
     # An untrained random model cannot produce a usable answer: the parse rate says so instead of hiding it.
     # (A trained judge's own answers are proven in tests/test_sft_judge.py.)
     assert rows[1]["parse_rate"] == 0.0 and rows[0]["instances"] == rows[1]["instances"] >= 1
+    assert rows[1]["grammar_rate"] == 1.0  # its answers were all decoded in the grammar, and say so
 
 
 def test_bad_config_exits_2(tmp_path, capsys):
