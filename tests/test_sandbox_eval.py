@@ -125,8 +125,26 @@ def test_sweep_removes_only_this_calls_workspaces(task: CalcTask, tmp_path: Path
 
 # ------------------------------------------------------------------------------------------------ Docker
 @pytest.mark.docker
+def _my_workspaces() -> dict[Path, str]:
+    """This process's repo copies under the temp dir, each with the evaluation call that made it."""
+    from sandbox.workspace import OWNER_FILE, TAG_FILE, WS_PREFIX
+
+    out = {}
+    for d in Path(tempfile.gettempdir()).glob(WS_PREFIX + "*"):
+        try:
+            if (d / OWNER_FILE).read_text() == str(os.getpid()):
+                out[d] = (d / TAG_FILE).read_text() if (d / TAG_FILE).exists() else "(untagged)"
+        except OSError:
+            pass  # removed while we looked
+    return out
+
+
 def test_every_status(task: CalcTask, tmp_path: Path) -> None:
     require_docker()
+    from sandbox.workspace import janitor
+
+    janitor.drain()
+    before = _my_workspaces()  # an earlier test's leftovers are that test's to answer for
     tamper = task.diff({"tests/test_calc.py": TESTS_TAMPER, "calc.py": task_calc_wrong()})
     preds = [
         {"instance_id": "acme__calc-1", "rollout_id": "fix", "model_patch": task.instance["patch"]},
@@ -170,12 +188,9 @@ def test_every_status(task: CalcTask, tmp_path: Path) -> None:
     assert set(rep["status_counts"]) == set(STATUSES) and rep["status_counts"]["timeout"] == 1
     assert any(".jsonl:3:" in s for s in rep["skipped_input_lines"])
     assert leftover_containers("statuses") == []
-    from sandbox.workspace import OWNER_FILE, WS_PREFIX, janitor
-
     janitor.drain()  # temp trees are removed in the background; none may outlive the run
-    mine = [d for d in Path(tempfile.gettempdir()).glob(WS_PREFIX + "*")
-            if (d / OWNER_FILE).exists() and (d / OWNER_FILE).read_text() == str(os.getpid())]
-    assert mine == []
+    left = {d: tag for d, tag in _my_workspaces().items() if d not in before}
+    assert left == {}, {str(d): (tag, sorted(p.name for p in d.iterdir())) for d, tag in left.items()}
 
 
 @pytest.mark.docker
