@@ -15,7 +15,7 @@ from typing import Any
 
 from grader.records import Group
 from grader.tools import TOOL_SPECS, run_tool
-from grader.workspace import SharedWorkspace
+from grader.workspace import SharedWorkspace, letter
 
 MAX_PROBLEM_CHARS = 4000
 MAX_FINDINGS = 6
@@ -118,11 +118,26 @@ def findings_view(workspace: SharedWorkspace, labels: list[str]) -> str:
     """The static analysis of every diff, as evidence to weigh and cite (it names no ranking and no score)."""
     lines = ["Static findings (from each diff's structure; weigh them, cite them, verify with tools):"]
     for lab, cites in candidate_findings(workspace, labels).items():
-        # The count leads the line: how many findings a candidate has is read at a glance, by a reader or a
-        # small model (and it is a fact about the diff, not a verdict).
-        n = len(cites)
-        lines.append(f"{lab}: {_count_word(n)} finding{'' if n == 1 else 's'}" + (": " + "; ".join(cites) if cites else ""))
+        # The count is a fact about the diff, not a verdict.
+        lines.append(findings_head(lab, len(cites)) + (": " + "; ".join(cites) if cites else ""))
     return "\n".join(lines)
+
+
+def findings_head(label: str, n: int) -> str:
+    """How a candidate's findings line begins: `B: two findings` (the count leads, so it is read at a glance)."""
+    return f"{label}: {_count_word(n)} finding{'' if n == 1 else 's'}"
+
+
+def candidate_phrases(max_candidates: int = 8) -> list[str]:
+    """The pieces of the judge's prompt and answer that tie a fact to one candidate letter: each findings-line
+    head (`B: two findings`) and each answer key (`"B": `, as `format_answer`'s json.dumps writes it).
+
+    A tokenizer fit to the judge makes each one token: a small model then finds a candidate's count with one
+    attention hop from the key it is writing, where the split form needs two (letter, then the word after it).
+    """
+    labels = [letter(i) for i in range(max_candidates)]
+    heads = [findings_head(lab, n) for lab in labels for n in range(len(_NUMBER_WORDS))]
+    return heads + [json.dumps(lab) + ": " for lab in labels]
 
 
 _NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six")

@@ -276,6 +276,15 @@ def _file_digest(path: str | None) -> str | None:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
+def _phrases_digest() -> str:
+    # A corpus-fit tokenizer holds the judge's candidate phrases: a change to them must rebuild cached models.
+    import hashlib
+
+    from grader.prompt import candidate_phrases
+
+    return hashlib.sha256("\n".join(candidate_phrases()).encode()).hexdigest()[:16]
+
+
 def _cache_key(seed: int, hidden_size: int, num_layers: int, vocab_size: int, **arch: object) -> dict:
     key = {
         "version": _BUILD_VERSION,
@@ -339,7 +348,13 @@ def _build(target: Path, key: dict) -> None:
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     extra = corpus_texts(key["corpus"]) if key.get("corpus") else None
-    phrases = frequent_lines(key["corpus"]) if key.get("corpus") else None
+    phrases = None
+    if key.get("corpus"):
+        from grader.prompt import candidate_phrases
+
+        # The judge's own format, beside what recurs in its corpus: each letter-bearing key is one token.
+        frequent = frequent_lines(key["corpus"])
+        phrases = frequent + [p for p in candidate_phrases() if p not in frequent]
     tokenizer = _train_tokenizer(key["vocab_size"] - len(phrases or []), extra, phrases)
     if len(tokenizer) > key["vocab_size"]:
         raise ValueError(f"vocab_size={key['vocab_size']} is smaller than the tokenizer ({len(tokenizer)})")
@@ -408,7 +423,7 @@ def build_tiny_model(
     corpus_path = str(Path(corpus).resolve()) if corpus else None
     key = _cache_key(seed, hidden_size, num_layers, vocab_size, num_heads=num_heads, num_kv_heads=num_kv_heads,
                      intermediate_size=intermediate_size, max_positions=max_positions, corpus=corpus_path,
-                     corpus_sha256=_file_digest(corpus_path))
+                     corpus_sha256=_file_digest(corpus_path), candidate_phrases=_phrases_digest() if corpus_path else None)
     marker = target / _MARKER
     if _matches(marker, key):
         return target

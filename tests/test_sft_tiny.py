@@ -85,3 +85,30 @@ def test_frequent_lines_become_phrases_but_never_a_prefix_of_another_line(tmp_pa
     got = frequent_lines(path, share=0.3)
     assert "You are a code-review judge, be careful." in got  # in every record, long enough
     assert "short" not in got and head not in got  # too short; a prefix of `head + ", C"`
+
+
+def test_corpus_tokenizer_makes_each_candidate_phrase_one_token(tmp_path):
+    """A judge tokenizer (fit to a corpus) holds each letter-bearing key of the judge's format as one token, so
+    a small model looks a candidate's findings count up in one hop; text still round-trips exactly."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from grader.prompt import candidate_phrases, findings_head, format_answer
+
+    recs = [{"messages": [{"role": "user", "content": f"{findings_head('A', i % 3)}: x.py:{i}: adds debug output"},
+                          {"role": "assistant", "content": format_answer(["A"], {"A": 1 + i % 3}, {})}]}
+            for i in range(6)]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "m", vocab_size=1024, corpus=path))
+    phrases = candidate_phrases()
+    assert len(phrases) == len(set(phrases)) and '"C": ' in phrases and "C: two findings" in phrases
+    for p in phrases:
+        assert len(tok(p, add_special_tokens=False)["input_ids"]) == 1, p
+    text = "B: one finding: a.py:3: x\nC: no findings\n" + format_answer(["C", "B"], {"B": 2, "C": 1}, {"B": ["a.py:3: x"]})
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+    # The key and the count head arrive whole: the answer's `"B": ` and the prompt's `B: one finding`.
+    pieces = [tok.decode([i]) for i in ids]
+    assert "B: one finding" in pieces and '"B": ' in pieces and "C: no findings" in pieces
