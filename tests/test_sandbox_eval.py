@@ -124,7 +124,6 @@ def test_sweep_removes_only_this_calls_workspaces(task: CalcTask, tmp_path: Path
 
 
 # ------------------------------------------------------------------------------------------------ Docker
-@pytest.mark.docker
 def _my_workspaces() -> dict[Path, str]:
     """This process's repo copies under the temp dir, each with the evaluation call that made it."""
     from sandbox.workspace import OWNER_FILE, TAG_FILE, WS_PREFIX
@@ -139,6 +138,7 @@ def _my_workspaces() -> dict[Path, str]:
     return out
 
 
+@pytest.mark.docker
 def test_every_status(task: CalcTask, tmp_path: Path) -> None:
     require_docker()
     from sandbox.workspace import janitor
