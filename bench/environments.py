@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 import docker  # noqa: E402
 
 from sandbox.config import SandboxConfig  # noqa: E402
-from sandbox.envimage import build_env_image, find_env_image, prepare_images  # noqa: E402
-from sandbox.envplan import plan_instance  # noqa: E402
-from sandbox.envspec import load_spec_file  # noqa: E402
+from sandbox.env.image import build_env_image, find_env_image, prepare_images  # noqa: E402
+from sandbox.env.plan import plan_instance  # noqa: E402
+from sandbox.env.spec import load_spec_file  # noqa: E402
 from sandbox.records import Instance, Prediction  # noqa: E402
 from sandbox.run import evaluate_predictions  # noqa: E402
 

@@ -37,8 +37,8 @@ import sandbox.apply as sapply  # noqa: E402
 import sandbox.run as srun  # noqa: E402
 from sandbox import container as ctr  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
+from sandbox.env.images import select_image  # noqa: E402
 from sandbox.executor import LocalExecutor, RayExecutor  # noqa: E402
-from sandbox.images import select_image  # noqa: E402
 from sandbox.patchcheck import validate_patch  # noqa: E402
 from sandbox.records import Instance, Prediction  # noqa: E402
 from sandbox.workspace import GroupWorkspace  # noqa: E402

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sandbox import gitsafe  # noqa: E402
+from sandbox.integrity import gitsafe  # noqa: E402
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 FIXED_DATE = "2024-01-15T12:00:00+00:00"
@@ -82,7 +82,7 @@ class TaskError(ValueError):
 
 
 def git(repo: Path, *args: str, input_text: str | None = None) -> str:
-    """The project's hardened git (`sandbox.gitsafe`), with the fixed identity and date of GIT_ENV."""
+    """The project's hardened git (`sandbox.integrity.gitsafe`), with the fixed identity and date of GIT_ENV."""
     res = gitsafe.run(*args, cwd=repo, env=GIT_ENV, input=input_text)
     if not res.ok:
         raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {res.err}")

@@ -27,7 +27,7 @@ from typing import Any
 import unidiff
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sandbox import gitsafe  # noqa: E402
+from sandbox.integrity import gitsafe  # noqa: E402
 
 IMAGES = {"python": "gagar-python:latest", "go": "gagar-go:latest", "java": "gagar-java:latest"}
 _PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)")
@@ -49,7 +49,7 @@ def unsafe_path(path: str) -> bool:
 
 
 def _git(repo: Path, *args: str, input_text: str | None = None) -> gitsafe.GitResult:
-    """The project's hardened git (`sandbox.gitsafe`) in this tool's own scratch copy."""
+    """The project's hardened git (`sandbox.integrity.gitsafe`) in this tool's own scratch copy."""
     return gitsafe.run(*args, cwd=repo, input=input_text)
 
 

@@ -13,7 +13,7 @@ from grader.backends import ChatBackend, make_backend
 from grader.grade import grade_groups
 from grader.metrics import evaluate
 from grader.records import Group, InputError, load_groups, read_jsonl, write_jsonl_atomic
-from sandbox import gitsafe
+from sandbox.integrity import gitsafe
 
 
 def _judge_options(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from grader.records import Candidate, Group, InputError
-from sandbox import gitsafe
+from sandbox.integrity import gitsafe
 
 MAX_PATCH_BYTES = 1 << 20
 _PATH_LINE = re.compile(r"^(?:diff --git (\S+) (\S+)|--- (\S+)|\+\+\+ (\S+)|(?:rename|copy) (?:from|to) (.+))$")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hardening.repo import Fortress, git
-from sandbox import gitsafe
+from sandbox.integrity import gitsafe
 
 FUTURE_TEXT = "FUTURE-FIX-5b1e0d"
 

@@ -67,7 +67,7 @@ class Case:
 
 def _ctx(b: Bait) -> str:
     # The report dir's name is split: these probes attack containment, and a literal reference to the report
-    # channel would get them flagged as report forgers (sandbox/integrity.py) before they prove anything.
+    # channel would get them flagged as report forgers (sandbox/integrity/checks.py) before they prove anything.
     return (f"HOST = {b.host_dir!r}\nMARK = {b.mark!r}\nPORT = {b.port}\nHOST_IPS = {b.host_ips!r}\n"
             "REPORT_DIR = __import__('os').environ['GAGAR' + '_REPORT_DIR']\n")
 

@@ -4,7 +4,7 @@ start-up hooks, shadowed modules, monkeypatched pytest internals — under pytes
 Go and JUnit (two small repos of the same shape: `Add` subtracts, `Neg` is right).
 
 Every case carries a *wrong* `add`, so `resolved` means the forgery worked. Expected: `unresolved`, and
-`suspicious_report` where a cross-check (`sandbox/integrity.py`) is what caught it. Cases the defences are known
+`suspicious_report` where a cross-check (`sandbox/integrity/checks.py`) is what caught it. Cases the defences are known
 not to catch are marked `known_limit` (tried and reported, not counted as contained).
 """
 

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sandbox import gitsafe
+from sandbox.integrity import gitsafe
 
 REPO = "acme/fortress"
 INSTANCE_ID = "acme__fortress-1"
@@ -31,7 +31,7 @@ GIT_ENV = {
 
 
 def git(cwd: Path, *args: str) -> str:
-    """Hardened git (`sandbox.gitsafe`) in a repo this module made, with a fixed author and date."""
+    """Hardened git (`sandbox.integrity.gitsafe`) in a repo this module made, with a fixed author and date."""
     return gitsafe.git(*args, cwd=cwd, env=GIT_ENV)
 
 

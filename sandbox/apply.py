@@ -16,7 +16,7 @@
     `setup.cfg` whose pytest section it changed; then `test_patch` is applied on top. `tampered` is True when the model patch touched any of these files (`touched` lists them).
     Raises `TestPatchFailed` when the task's own `test_patch` does not apply (an infrastructure problem).
 
-Git runs through `sandbox.gitsafe` (trusted configuration only, hooks and drivers off) with the copy's git dir
+Git runs through `sandbox.integrity.gitsafe` (trusted configuration only, hooks and drivers off) with the copy's git dir
 named explicitly. That git dir is trusted at this point: the host made the copy from the pristine base and the
 patch was refused if it touched `.git`; no container has run in the tree yet, and the host runs no git in it
 once one has.
@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox import gitsafe
+from sandbox.integrity import gitsafe
 from sandbox.patchcheck import DEFAULT_MAX_BYTES, PatchInfo, PatchRejected, _to_bytes, validate_patch
 
 APPLY_METHODS = ("git apply", "git apply --3way", "git apply --reject", "patch --fuzz")

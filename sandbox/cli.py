@@ -15,7 +15,8 @@ def _err(prog: str, msg: str) -> int:
 
 # ----------------------------------------------------------------------------------------------- image
 def image_main(argv: list[str]) -> int:
-    from sandbox import envcli, images, toolchains
+    from sandbox.env import cli as envcli
+    from sandbox.env import images, toolchains
 
     if envcli.handles(argv):  # environment images: build --instances, ls, prune
         return envcli.image_main(argv)
@@ -157,7 +158,7 @@ def eval_main(argv: list[str]) -> int:
         return _err(prog, f"--report-dir {args.report_dir}: cannot create {run_dir} ({exc})")
 
     notes: list[str] = []
-    from sandbox.envspec import SpecError, load_spec_file
+    from sandbox.env.spec import SpecError, load_spec_file
 
     try:
         env_specs = load_spec_file(args.env_specs) if args.env_specs else None
@@ -169,7 +170,7 @@ def eval_main(argv: list[str]) -> int:
         print(f"{prog}: warning: {n}", file=sys.stderr)
     if not instances:
         return _err(prog, f"{args.instances}: no instances")
-    from sandbox.envspec import apply_specs
+    from sandbox.env.spec import apply_specs
 
     apply_specs(instances, env_specs)  # the spec travels with the instance (to Ray workers too)
     if not predictions:

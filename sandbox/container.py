@@ -25,8 +25,8 @@ import requests
 from docker.types import LogConfig, Mount
 from docker.utils.socket import frames_iter
 
-from sandbox.channel import GUEST_DIR, LIB_MOUNT
 from sandbox.config import SandboxConfig
+from sandbox.integrity.channel import GUEST_DIR, LIB_MOUNT
 from sandbox.watch import OutputCap, WriteWatch, disk_bytes
 from sandbox.workspace import janitor
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox import container as ctr
-from sandbox.channel import ReportChannel
 from sandbox.config import SandboxConfig
+from sandbox.integrity.channel import ReportChannel
 from sandbox.records import Instance
 from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, janitor
 

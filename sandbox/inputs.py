@@ -64,7 +64,7 @@ def _records(path: Path, what: str, notes: list[str]) -> list[tuple[int, dict]]:
 
 
 def load_instances(path: Path, notes: list[str]) -> dict[str, Instance]:
-    from sandbox.envspec import SpecError
+    from sandbox.env.spec import SpecError
 
     out: dict[str, Instance] = {}
     for pos, r in _records(Path(path), "instances", notes):

@@ -31,7 +31,7 @@ def _env(value: Any, instance_id: str) -> dict[str, Any] | None:
     """Validated env spec (a SpecError — bad input that stops the run — on unknown keys or wrong types)."""
     if value in (None, {}):
         return None
-    from sandbox.envspec import EnvSpec
+    from sandbox.env.spec import EnvSpec
 
     return EnvSpec.from_dict(value, f"instance {instance_id}: env").to_dict()
 
@@ -51,7 +51,7 @@ class Instance:
     image: str | None = None
     language: str | None = None
     # Environments (docs/environments.md): SWE-bench's version and
-    # environment_setup_commit, and an `env` spec (dict with sandbox.envspec.KEYS, validated on load).
+    # environment_setup_commit, and an `env` spec (dict with sandbox.env.spec.KEYS, validated on load).
     version: str | None = None
     environment_setup_commit: str | None = None
     env: dict[str, Any] | None = None

@@ -25,11 +25,12 @@ import docker.errors
 import requests
 
 from sandbox import container as ctr
-from sandbox import integrity
 from sandbox.config import SandboxConfig
-from sandbox.envimage import prepare_images
+from sandbox.env.image import prepare_images
+from sandbox.env.images import ImageError
+from sandbox.env.toolchains import build_failure, go_requires
 from sandbox.group import RolloutGroup, Slot, discard_slot
-from sandbox.images import ImageError
+from sandbox.integrity import checks as integrity
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
 from sandbox.report import (
     ResultWriter,
@@ -39,7 +40,6 @@ from sandbox.report import (
     log_dir_for,
     resume_done,
 )
-from sandbox.toolchains import build_failure, go_requires
 from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree, sweep_workspaces
 
 log = logging.getLogger(__name__)

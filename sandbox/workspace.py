@@ -1,6 +1,6 @@
 """Repo copies: the repo at `base_commit` is prepared once per instance, each rollout gets a private copy.
 
-No future: the base is a fresh repository holding only `base_commit` (`sandbox.gitsafe.export_commit`, a
+No future: the base is a fresh repository holding only `base_commit` (`sandbox.integrity.gitsafe.export_commit`, a
 depth-1 fetch): no later commits, branches, tags, remotes, reflogs or packed objects reach a rollout's copy, so
 neither tests nor an agent can read the task's own fix out of `.git`. The base itself is never mounted into a
 container: its `.git` is the pristine git dir that host-side diffs of a policy's tree are computed against.
@@ -26,7 +26,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from sandbox import gitsafe
+from sandbox.integrity import gitsafe
 
 SHARED_CLONE_ABOVE = 64 << 20  # .git bytes above which a rollout copy shares objects instead of copying them
 SANDBOX_UID = SANDBOX_GID = 1000
@@ -228,7 +228,7 @@ class GroupWorkspace:
     @property
     def git_dir(self) -> Path:
         """The pristine git dir (base_commit only), outside every mounted tree: what host-side diffs of a
-        policy's tree are computed against (`sandbox.treediff`)."""
+        policy's tree are computed against (`sandbox.integrity.treediff`)."""
         if self.base is None:
             raise RuntimeError("GroupWorkspace is not open")
         return self.base / ".git"

@@ -23,7 +23,7 @@ from typing import Any
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from sandbox import gitsafe
+from sandbox.integrity import gitsafe
 from sft import degrade_curly, degrade_py
 from sft.degrade_common import Edit, FileCtx, code_mask
 
@@ -98,7 +98,7 @@ def _gold_lines(patch: str) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
 
 
 def _git(repo: Path, *args: str, input_text: str | None = None) -> str:
-    """Hardened git (`sandbox.gitsafe`) in the scratch repo this module made and edits itself."""
+    """Hardened git (`sandbox.integrity.gitsafe`) in the scratch repo this module made and edits itself."""
     res = gitsafe.run(*args, git_dir=repo / ".git", work_tree=repo, input=input_text, timeout=120)
     if not res.ok:
         raise DegradeError(f"git {' '.join(args[:2])} failed: {res.err[:300]}")

@@ -19,10 +19,10 @@ import pytest
 from sandbox_fixtures import require_docker
 
 from sandbox.cli import eval_main, image_main
-from sandbox.envspec import load_spec_file
-from sandbox.images import RECIPES
+from sandbox.env.images import RECIPES
+from sandbox.env.spec import load_spec_file
+from sandbox.env.validate import main as validate_main
 from sandbox.records import Instance
-from sandbox.validate import main as validate_main
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,8 +109,8 @@ def test_missing_dependency_is_an_infra_error_naming_it(built: Path, tmp_path: P
 def test_concurrent_builds_of_one_image_build_it_once(built: Path) -> None:
     import docker
 
-    from sandbox.envimage import build_env_image
-    from sandbox.envplan import plan_instance
+    from sandbox.env.image import build_env_image
+    from sandbox.env.plan import plan_instance
 
     tasks = built
     row = next(r for r in _jsonl(tasks / "instances.jsonl") if r["instance_id"] == "acme__retrykit-5")

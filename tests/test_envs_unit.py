@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from sandbox.cli import eval_main, image_main
-from sandbox.envimage import build_script, failure_cause
-from sandbox.envplan import EnvInputError, plan_instance
-from sandbox.envspec import EnvSpec, SpecError, load_spec_file, parse_spec_map, spec_for, translate_swebench
+from sandbox.env.image import build_script, failure_cause
+from sandbox.env.plan import EnvInputError, plan_instance
+from sandbox.env.spec import EnvSpec, SpecError, load_spec_file, parse_spec_map, spec_for, translate_swebench
+from sandbox.env.toolchains import ToolchainError, base_for, build_failure, parse_go_mod
+from sandbox.env.validate import judge
 from sandbox.records import EvalResult, Instance, TestsStatus
-from sandbox.toolchains import ToolchainError, base_for, build_failure, parse_go_mod
-from sandbox.validate import judge
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_TASKS = ROOT / "examples" / "env_tasks"
@@ -124,7 +124,7 @@ def test_failure_cause_names_the_problem() -> None:
 
 
 def test_build_script_quotes_and_orders_steps(tmp_path: Path) -> None:
-    from sandbox.envplan import EnvPlan
+    from sandbox.env.plan import EnvPlan
 
     spec = EnvSpec.from_dict({"python": "3.11", "pre_install": ["echo pre"], "apt_packages": ["libxml2-dev"],
                               "packages": "req.txt", "pip_packages": ["a>=1; python_version>'3'"],

@@ -1,5 +1,5 @@
-"""Issue 11, part A, without containers: the hardened git helper (`sandbox.gitsafe`), the diff of an untrusted
-tree without git in it (`sandbox.treediff`), and "no future" in the group workspace (real git throughout).
+"""Issue 11, part A, without containers: the hardened git helper (`sandbox.integrity.gitsafe`), the diff of an untrusted
+tree without git in it (`sandbox.integrity.treediff`), and "no future" in the group workspace (real git throughout).
 
 The host-side attacks here are planted directly on disk (what an agent's shell could do); the same attacks
 through the agent's `run` tool in a real container are in tests/test_hardening_agent_git.py."""
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import gitsafe
-from sandbox.treediff import Limits, TreeDiffError, tree_diff
+from sandbox.integrity import gitsafe
+from sandbox.integrity.treediff import Limits, TreeDiffError, tree_diff
 from sandbox.workspace import GroupWorkspace
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
@@ -299,7 +299,7 @@ def test_agent_answer_past_the_limits_is_empty_with_a_reason(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A tree the diff cannot read within its caps gives no answer (a failed rollout), not a crash of the
     episode batch; the reason reaches the trajectory's events through `diff_error`."""
-    from sandbox import treediff
+    from sandbox.integrity import treediff
     from trainer.agent.tools import AgentTools
 
     src, base = _benign_repo(tmp_path)

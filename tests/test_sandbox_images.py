@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from sandbox_fixtures import leftover_containers, require_docker
 
-from sandbox import images
 from sandbox.cli import image_main
-from sandbox.images import RECIPES, Recipe, build_image, debian_mirror, select_image
+from sandbox.env import images
+from sandbox.env.images import RECIPES, Recipe, build_image, debian_mirror, select_image
 
 
 def test_recipe_hash_is_stable_and_content_addressed() -> None:

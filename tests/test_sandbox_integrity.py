@@ -1,7 +1,7 @@
 """Report integrity (issue 11, part B): a forged report needs more than one channel, and disagreements set
 `suspicious_report`; evaluation calls in one process never remove each other's containers.
 
-Unit tests drive `sandbox.integrity` with hand-made channel data; the Docker tests run real forgers (patch
+Unit tests drive `sandbox.integrity.checks` with hand-made channel data; the Docker tests run real forgers (patch
 code inside the pytest process) through `evaluate_predictions`. The full forging corpus (pytest, Go, JUnit)
 runs in tests/test_hardening_corpus.py.
 """
@@ -16,9 +16,9 @@ import pytest
 from sandbox_fixtures import CalcTask, leftover_containers, require_docker
 
 from sandbox import container as ctr
-from sandbox.channel import ChannelData, ReportChannel, parse_records
 from sandbox.config import SandboxConfig
-from sandbox.integrity import check, static_findings, undefined_tests
+from sandbox.integrity.channel import ChannelData, ReportChannel, parse_records
+from sandbox.integrity.checks import check, static_findings, undefined_tests
 from sandbox.parsers.base import PASSED, ParsedTests
 from sandbox.patchcheck import validate_patch
 from sandbox.records import Instance, Prediction
@@ -84,7 +84,7 @@ def test_cross_checks_agree_on_an_honest_run_and_catch_each_disagreement(task: C
 
 
 def test_go_and_junit_cross_checks() -> None:
-    from sandbox.integrity import _check_go, _check_junit
+    from sandbox.integrity.checks import _check_go, _check_junit
 
     inst = Instance.from_dict({"instance_id": "g", "repo": "a/g", "base_commit": "x", "FAIL_TO_PASS": ["TestAdd"],
                                "PASS_TO_PASS": [], "test_framework": "go"})
@@ -162,7 +162,7 @@ def test_a_reader_that_outlives_close_keeps_its_pipe_and_reports_it_lost(tmp_pat
     import os
     import threading
 
-    import sandbox.channel as channel
+    import sandbox.integrity.channel as channel
     monkeypatch.setattr(channel, "READER_JOIN_S", 0.3)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -309,7 +309,7 @@ def test_two_evaluations_in_one_process_run_side_by_side(task: CalcTask, tmp_pat
 
 def test_an_id_longer_than_a_record_is_matched_by_its_prefix(tmp_path: Path) -> None:
     """The plugin cuts ids over its atomic record size to 1000 characters; an honest pass must still match."""
-    from sandbox.integrity import _check_pytest
+    from sandbox.integrity.checks import _check_pytest
 
     long = "tests/test_x.py::test_p[" + "a" * 5000 + "]"
     inst = Instance.from_dict({"instance_id": "i", "repo": "a/b", "base_commit": "x", "FAIL_TO_PASS": [long],

@@ -37,7 +37,7 @@ _MAP = {
 
 def pytest_addopts(report_dir_in_container: str, *, plugin: str | None = None) -> str:
     """The PYTEST_ADDOPTS value the runtime sets: JUnit XML (xunit1) into the report dir, no cache writes, and
-    optionally a plugin to load first (the sandbox's guard, `sandbox/channel.py`)."""
+    optionally a plugin to load first (the sandbox's guard, `sandbox/integrity/channel.py`)."""
     path = f"{report_dir_in_container.rstrip('/')}/{REPORT_NAME}"
     first = f"-p {shlex.quote(plugin)} " if plugin else ""
     return f"{first}--junitxml={shlex.quote(path)} -o junit_family=xunit1 -p no:cacheprovider"

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox import gitsafe
 from sandbox.config import SandboxConfig
 from sandbox.container import Container
-from sandbox.images import select_image
+from sandbox.env.images import select_image
+from sandbox.integrity import gitsafe
 from sandbox.records import Instance
 from sandbox.workspace import GroupWorkspace, hand_over
 from trainer.agent.format import TOOL_CALL_CLOSE, FormatError, extract_diff, parse_tool_call

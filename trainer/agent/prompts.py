@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sandbox.gitsafe import GitError, source_git
+from sandbox.integrity.gitsafe import GitError, source_git
 from sandbox.records import Instance
 from trainer.agent.format import format_tool_call
 

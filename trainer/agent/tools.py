@@ -6,7 +6,7 @@ running commands happen inside the container, under its limits and a per-call ti
 
 The answer (`diff()`) is computed without running git in the tree: the agent had a shell in it, so its `.git`,
 `.gitattributes` and everything else there are untrusted (hooks, filters, fsmonitor, pager, includes would run
-on the host). `sandbox.treediff` reads the files as bytes and diffs them against the pristine git dir of the
+on the host). `sandbox.integrity.treediff` reads the files as bytes and diffs them against the pristine git dir of the
 group's workspace, which is never mounted into a container.
 """
 
@@ -21,7 +21,7 @@ import docker.errors
 import requests
 
 from sandbox.container import SandboxInfraError
-from sandbox.treediff import TreeDiffError, tree_diff
+from sandbox.integrity.treediff import TreeDiffError, tree_diff
 
 
 class ToolError(Exception):

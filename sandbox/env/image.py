@@ -31,9 +31,9 @@ import docker
 import docker.errors
 from docker.types import Mount
 
-from sandbox.envplan import ENV_FORMAT, GO_MODCACHE, EnvPlan
-from sandbox.images import ImageError, build_image, find_image
-from sandbox.toolchains import ALL_RECIPES
+from sandbox.env.images import ImageError, build_image, find_image
+from sandbox.env.plan import ENV_FORMAT, GO_MODCACHE, EnvPlan
+from sandbox.env.toolchains import ALL_RECIPES
 
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 BUILD_CA = "/gagar/build-ca.crt"
@@ -328,7 +328,7 @@ def prepare_images(instances: list, *, repos_dir: Path | None, specs: dict | Non
     time), errors by instance id (input problems and build failures, for infra_error), test-time env by id."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sandbox.envplan import EnvInputError, plan_instance
+    from sandbox.env.plan import EnvInputError, plan_instance
 
     images: dict[str, str] = {}
     errors: dict[str, str] = {}

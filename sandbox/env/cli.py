@@ -24,7 +24,7 @@ def handles(argv: list[str]) -> bool:
 
 def load_for_env(instances: list[Path], env_specs: str | None, prog: str) -> tuple[list, dict | None]:
     """Instances from every file, and the spec map; raises SystemExit(2) with a message on bad input."""
-    from sandbox.envspec import SpecError, load_spec_file
+    from sandbox.env.spec import SpecError, load_spec_file
     from sandbox.inputs import InputError, load_instances
 
     notes: list[str] = []
@@ -45,8 +45,8 @@ def load_for_env(instances: list[Path], env_specs: str | None, prog: str) -> tup
 
 def _plans(insts: list, repos_dir: Path, specs: dict | None, prog: str, strict: bool) -> dict:
     """instance id → EnvTarget; with `strict`, any planning error is bad input (exit 2, all errors listed)."""
-    from sandbox.envplan import EnvInputError, plan_instance
-    from sandbox.images import ImageError
+    from sandbox.env.images import ImageError
+    from sandbox.env.plan import EnvInputError, plan_instance
 
     out, errors = {}, []
     for inst in insts:
@@ -89,7 +89,7 @@ def image_main(argv: list[str]) -> int:
         targets = _plans(insts, args.repos_dir, specs, prog, strict=args.cmd == "build") if insts else {}
     except SystemExit as exc:
         return int(exc.code or 2)
-    from sandbox.images import ImageError, _client
+    from sandbox.env.images import ImageError, _client
 
     try:
         client = _client()
@@ -105,8 +105,8 @@ def image_main(argv: list[str]) -> int:
 def _build(targets: dict, client, args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from sandbox.envimage import build_env_image, ensure_base
-    from sandbox.images import ImageError
+    from sandbox.env.image import build_env_image, ensure_base
+    from sandbox.env.images import ImageError
 
     if args.max_workers < 1:
         return _err("gagar image build", "--max-workers must be at least 1")

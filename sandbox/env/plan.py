@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.envspec import EnvSpec, SpecError, spec_for
-from sandbox.images import select_image
-from sandbox.toolchains import ALL_RECIPES, GoMod, ToolchainError, base_for, parse_go_mod
+from sandbox.env.images import select_image
+from sandbox.env.spec import EnvSpec, SpecError, spec_for
+from sandbox.env.toolchains import ALL_RECIPES, GoMod, ToolchainError, base_for, parse_go_mod
 
 ENV_FORMAT = 2  # bumped when the build procedure changes, so old environment images stop matching
 FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "go": "go", "junit": "java"}

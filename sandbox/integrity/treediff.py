@@ -3,7 +3,7 @@
 `tree_diff(tree, git_dir, base_commit) -> str` is `git diff --binary` of everything in `tree` against
 `base_commit` (new, changed, deleted files, modes, symlinks), with `.gitignore` honoured for untracked files as
 `git add -A` would. Only two things are trusted: `git_dir`, a pristine repository the policy never had write
-access to (kept outside the mounted tree, see `sandbox.gitsafe`), and the file contents as plain bytes.
+access to (kept outside the mounted tree, see `sandbox.integrity.gitsafe`), and the file contents as plain bytes.
 
 How: Python walks the tree through directory file descriptors with `O_NOFOLLOW` (a process still running in the
 container may swap a directory for a symlink mid-walk; a swapped-in link is read as a link, never followed),
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pathspec
 
-from sandbox import gitsafe
+from sandbox.integrity import gitsafe
 
 # Build caches the tests leave behind are not part of an answer (tracked ones keep their base state).
 DEFAULT_EXCLUDES = ("__pycache__/", "*.pyc", ".pytest_cache/")

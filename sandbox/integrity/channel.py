@@ -5,7 +5,7 @@ Per rollout the host prepares a report root (mounted at /gagar/report) that belo
 - `<nonce>/` — the only place the tests may write; the framework's report goes there (`$GAGAR_REPORT_DIR`,
   pytest's `--junitxml`). A forger cannot predict the name; it has to read it from the run's configuration.
 - `<nonce2>.pipe` — a FIFO read live by the host (`$GAGAR_RESULT_PIPE`). The guard plugin
-  (`sandbox/guest/gagar_pytest_guard.py`, mounted read-only at /gagar/lib) writes each test's outcome there
+  (`sandbox/integrity/guest/gagar_pytest_guard.py`, mounted read-only at /gagar/lib) writes each test's outcome there
   as it happens. What is written cannot be taken back, so a report rewritten after the tests disagrees with it.
 """
 

@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
     if not args.repos_dir.is_dir():
         return _err(prog, f"--repos-dir {args.repos_dir}: not a directory")
     from sandbox.config import SandboxConfig
-    from sandbox.envspec import SpecError, load_spec_file
+    from sandbox.env.spec import SpecError, load_spec_file
     from sandbox.inputs import InputError, _records, load_instances
     from sandbox.report import atomic_write_text
     from sandbox.run import evaluate_predictions
@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
         print(f"{prog}: warning: {n}", file=sys.stderr)
     if not instances:
         return _err(prog, f"{args.instances}: no instances")
-    from sandbox.envspec import apply_specs
+    from sandbox.env.spec import apply_specs
 
     apply_specs(instances, specs)
     try:

@@ -18,7 +18,7 @@ repository runs them as the host user. So every host git call goes through `run(
 
 What remains is the repository's own `.git/config`, which git always reads. That is why the rule for callers
 is: **never pass a git dir a policy could have written.** Trees a policy wrote are read by
-`sandbox.treediff` (plain file reads, no git in the tree) and diffed against the pristine git dir kept
+`sandbox.integrity.treediff` (plain file reads, no git in the tree) and diffed against the pristine git dir kept
 outside the mounted tree. `export_commit` makes such pristine repositories: the base commit only, no later
 history (the "no future" rule: a work tree must not reveal commits after `base_commit`, e.g. the task's fix).
 """
@@ -112,7 +112,7 @@ def _refuse_untrusted(*paths: Path | str | None) -> None:
         for root in roots:
             if rp == root or root in rp.parents:
                 raise UntrustedTree(f"refusing to run git in {rp}: a policy can write {root} (its .git, hooks and "
-                                    "attributes are untrusted); use sandbox.treediff")
+                                    "attributes are untrusted); use sandbox.integrity.treediff")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sandbox.images import JUNIT_JAR, RECIPES, Recipe
+from sandbox.env.images import JUNIT_JAR, RECIPES, Recipe
 
 GO_IMAGE_ENV = {
     "GOCACHE": "/tmp/gocache", "GOPATH": "/tmp/go", "GOFLAGS": "-mod=mod", "GOPROXY": "off",

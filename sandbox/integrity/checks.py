@@ -4,7 +4,7 @@ The test process runs the patch's code, so it can write anything the framework c
 read from the structured report (JUnit XML, `go test -json`), and this module cross-checks it against the
 channels a forger would also have to fake:
 
-- the live result pipe of the guard plugin (pytest; `sandbox/channel.py`): the report may claim a pass only
+- the live result pipe of the guard plugin (pytest; `sandbox/integrity/channel.py`): the report may claim a pass only
   for a test the plugin saw pass while it ran; the plugin must have loaded and finished; pytest's own exit
   status must agree with the report; the plugin saw no monkeypatching of pytest's machinery;
 - the launcher's printed summary and the exit code (JUnit), the event stream and exit code (Go);
@@ -24,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-from sandbox.channel import ChannelData
+from sandbox.integrity.channel import ChannelData
 from sandbox.parsers import junit, pytest
 from sandbox.parsers.base import ERROR, FAILED, PASSED, SKIPPED, XFAIL, ParsedTests, merge
 from sandbox.parsers.go import events as go_events

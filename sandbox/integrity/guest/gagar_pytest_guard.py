@@ -3,7 +3,7 @@
 It is the second result channel next to the JUnit report: each test phase's outcome is written, as it
 happens, as one JSON line to a FIFO whose reader is the host (`$GAGAR_RESULT_PIPE`). A pipe is append-only
 and the host reads it live, so code that rewrites the JUnit report after the tests ran (an `atexit` hook,
-a shutdown step) cannot take back what was already sent; the host compares the two (`sandbox/integrity.py`).
+a shutdown step) cannot take back what was already sent; the host compares the two (`sandbox/integrity/checks.py`).
 
 It also records whether the run's own machinery changed under it: module functions and class methods of
 pytest's runner, reports, JUnit writer and of this module are fingerprinted when the plugin loads (before

@@ -1,0 +1,1 @@
+"""Environments: base images built offline, per-spec environment images, toolchains, task validation."""
