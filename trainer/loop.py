@@ -117,7 +117,7 @@ class Trainer:
         if a.redistribution != "none":
             need = rewards.needs_ranking(kept, base)
             t0 = time.monotonic()
-            self.judge.rank([g for g, n in zip(kept, need, strict=True) if n])
+            self.judge.rank_groups([g for g, n in zip(kept, need, strict=True) if n])
             stats.update(judge_ranked=sum(need), judge_skipped=sum(1 for g, n in zip(kept, need, strict=True)
                                                                   if not n and any(g.passed)),
                          judge_fallbacks=sum(bool(g.ranking and g.ranking.fallback) for g in kept),

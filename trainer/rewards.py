@@ -64,13 +64,10 @@ def base_advantages(groups: list[RolloutGroup], a: AdvantageConfig) -> Tensor:
 
 
 def needs_ranking(groups: list[RolloutGroup], base: Tensor) -> list[bool]:
-    """GAGAR moves advantage only between passing rollouts with A > 0 (`needs_grading`), and a lone passing
-    rollout has nothing to be ranked against: elsewhere the judge's ranking would change nothing, so it is not
-    asked."""
+    """GAGAR moves advantage only between two or more passing rollouts with A > 0 (`needs_grading`): elsewhere
+    the judge's ranking would change nothing, so it is not asked."""
     passed, valid = masks(groups)
-    ok = passed & valid
-    need = needs_grading(base, ok) & (ok.sum(1) >= 2)
-    return [bool(n) for n in need.tolist()]
+    return [bool(n) for n in needs_grading(base, passed & valid).tolist()]
 
 
 def quality_weights(groups: list[RolloutGroup]) -> tuple[Tensor, Tensor]:

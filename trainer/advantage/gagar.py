@@ -146,19 +146,21 @@ def redistribute(
 def needs_grading(
     advantages: Tensor, passed: Tensor, index: IndexLike | None = None, *, per_rollout: bool = False
 ) -> Tensor:
-    """Bool mask of groups worth a judge call: those where some passing rollout has a positive base advantage.
+    """Bool mask of groups worth a judge call: those where two or more passing rollouts have a positive base
+    advantage.
 
-    ``redistribute`` only moves the advantages of passing rollouts with A > 0, so in any other group a grading
-    cannot change a single advantage (e.g. binary rewards under GAPO once half the group passes: Q = 1, every
-    passing A = 0). advantages, passed: (B, n) -> (B,); or (N,) with ``index`` -> (G,), groups in sorted-label
-    order (as ``mixed_outcome``). ``per_rollout=True`` broadcasts the mask back to the rollouts' shape.
-    Pass the advantages *after* hack verdicts that are already known (they make passing rollouts fail).
+    ``redistribute`` only moves advantage between passing rollouts with A > 0, so in any other group a grading
+    cannot change a single advantage (e.g. binary rewards under GAPO once more than half the group passes:
+    Q = 1, every passing A = 0; or one such rollout alone, which is its own top tier). advantages, passed:
+    (B, n) -> (B,); or (N,) with ``index`` -> (G,), groups in sorted-label order (as ``mixed_outcome``).
+    ``per_rollout=True`` broadcasts the mask back to the rollouts' shape. Pass the advantages *after* the hack
+    verdicts already known (they make passing rollouts fail). Hack detection itself is not gated by this.
     """
     if advantages.shape != passed.shape:
         raise ValueError(f"advantages {tuple(advantages.shape)} and passed {tuple(passed.shape)} differ in shape")
     candidate = passed.to(device=advantages.device, dtype=torch.bool) & (advantages > 0)
     seg, c = layout(candidate, index)
-    keep = c.any(1)  # padding cells of a ragged layout are False
+    keep = c.sum(1) >= 2  # padding cells of a ragged layout are False
     if not per_rollout:
         return keep
     return keep[:, None].expand_as(c).clone() if seg is None else keep[seg.group]
