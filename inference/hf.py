@@ -159,21 +159,38 @@ class TransformersBackend:
         )
 
     def _sample(self, row: list[int], stop: list[str] | None) -> Sample:
-        toks: list[int] = []
-        finish = "length"
-        for t in row:
-            toks.append(t)
+        """A row of `generate`'s output → the tokens the model sampled. A row ends at its first eos (sampled:
+        kept), or at the token that completed a stop string, or at max_new_tokens; everything after is padding,
+        whatever its id — for Qwen tokenizers the pad token *is* an eos id, and keeping one would train on a
+        token the policy never sampled (and a sampled pad token inside a row is kept)."""
+        end, finish = len(row), "length"
+        for i, t in enumerate(row):
             if t in self.eos_ids:
-                finish = "stop"
+                end, finish = i + 1, "stop"
                 break
-        # Rows that finished early (stop string, or another row still running) are padded; drop the padding.
-        while toks and toks[-1] == self.pad_id and self.pad_id not in self.eos_ids:
-            toks.pop()
-            finish = "stop"
+        if stop:
+            cut = self._stop_end(row[:end], stop)
+            if cut is not None and cut < end or (cut == end and finish == "length"):
+                end, finish = cut, "stop"
+        toks = row[:end]  # a row that ran to max_new_tokens holds no padding: every token was sampled
         text = self.tokenizer.decode(toks, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        if finish == "length" and stop and any(text.rstrip().endswith(s) for s in stop):
-            finish = "stop"
         return Sample(token_ids=toks, text=text, finish_reason=finish)
+
+    def _stop_end(self, toks: list[int], stop: list[str]) -> int | None:
+        """The length of the shortest prefix of `toks` whose text contains a stop string (None: none does);
+        binary search, since a longer prefix's text extends a shorter one's."""
+
+        def hit(n: int) -> bool:
+            text = self.tokenizer.decode(toks[:n], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            return any(s in text for s in stop)
+
+        if not toks or not hit(len(toks)):
+            return None
+        lo, hi = 1, len(toks)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if hit(mid) else (mid + 1, hi)
+        return lo
 
     def sync_weights(self, model: Any, step: int) -> None:
         self.model = model  # same object as the trainer's: nothing to copy

@@ -4,8 +4,9 @@
 - `passed`: `grader.records.passes` — resolved, not tampered, no forged report (`EvalResult.passed`) and no hack
   found by the grader (`Grading.hacks`). Everything downstream (dynamic sampling, the judge's candidates,
   rewards) reads this one mask, so a hack can never pay.
-- `valid`: the sandbox could run the rollout. An `infra_error` says nothing about the policy: it is masked out
-  of the advantages and the loss, never scored as a failure.
+- `valid`: the sandbox could run the rollout, and the trainer did not drop it (`rollout.drop_unfinished`). An
+  `infra_error` says nothing about the policy: it is masked out of the advantages and the loss, never scored as a
+  failure; a dropped episode is masked the same way.
 
 (`grader.records.Group` is a different thing: the grader's *input*, the passing candidates of one instance;
 `RolloutGroup.candidates()` builds it with the one shared conversion `Group.from_results`.)
@@ -57,7 +58,7 @@ class RolloutGroup:
 
     @property
     def valid(self) -> list[bool]:
-        return [r.status != "infra_error" for r in self.results]
+        return [r.status != "infra_error" and not t.dropped for t, r in zip(self.trajs, self.results, strict=True)]
 
     def candidates(self) -> Group:
         """The grader's input: this group's passing rollouts (hacks already found are left out)."""

@@ -92,7 +92,7 @@ def redistribute_groups(groups: list[RolloutGroup], base: Tensor, a: AdvantageCo
     passed, valid = masks(groups)
     weights, usable = quality_weights(groups)
     fn = redistribute if a.redistribution == "gagar" else downweight
-    kwargs = {"cap": a.cap} if a.redistribution == "gagar" else {}
+    kwargs = {"cap": a.cap, "form": a.gagar_form} if a.redistribution == "gagar" else {}
     out = fn(base, passed & valid, weights, usable=usable, **kwargs)
     return torch.where(valid, out, torch.zeros_like(out))
 
