@@ -218,6 +218,25 @@ def test_true_rank_signs_split_each_group_in_halves():
     assert np.all(np.take_along_axis(s, best[..., None], -1) == 1)
 
 
+def test_sign_errors_count_a_zero_advantage_as_half_and_clipping_is_compared_at_equal_scale():
+    from trainer.experiments.skew import _metrics, sign_errors
+
+    adv = np.array([[[1.0, -1.0, 0.0, 0.0]]])
+    sign = np.array([[[1.0, 1.0, 1.0, -1.0]]])
+    assert sign_errors(adv, sign).tolist() == [[[0.0, 1.0, 0.5, 0.5]]]
+    # two estimators with the same signs and order, one at a tenth of the scale: it is clipped less, for that
+    # reason alone; at equal mean |A| the two clip equally often
+    q = np.array([[[0.1, 0.2, 0.8, 0.9]]])
+    data = {"q": q, "pop_mean": np.array([0.5]), "shapes": np.array([0])}
+    s_rank = np.array([[[-1.0, -1.0, 1.0, 1.0]]])
+    cfg = SkewConfig(n=4, configs=1, replicates=2, epochs=4, lr=0.1)
+    big = _metrics(np.array([[[-20.0, -10.0, 10.0, 20.0]]]), data, s_rank, cfg)["all"]
+    small = _metrics(np.array([[[-2.0, -1.0, 1.0, 2.0]]]), data, s_rank, cfg)["all"]
+    assert small["clip_frac"] < big["clip_frac"] and small["clip_frac_matched"] == big["clip_frac_matched"]
+    zeros = _metrics(np.array([[[0.0, 0.0, 1.0, 2.0]]]), data, s_rank, cfg)["all"]
+    assert zeros["sign_error_rank"] == 0.25 and zeros["sign_error_rank_strict"] == 0.0
+
+
 def test_ppo_clip_fraction():
     cfg = SkewConfig(epochs=4, lr=0.1, clip_eps=0.2)
     adv = np.array([0.0, 0.01, 10.0, -10.0])

@@ -101,11 +101,14 @@ def redistribution_stats(groups: list[RolloutGroup], before: Tensor, after: Tens
     """What GAGAR did this step, for the metrics and the advantage panel: over the passing rollouts it could
     move (A > 0 in a group with a usable ranking), the highest and lowest advantage before and after."""
     if not groups:
-        return {"gagar_groups": 0}
+        return {"gagar_groups": 0, "gagar_moved": 0}
     passed, valid = masks(groups)
     _, usable = quality_weights(groups)
     moved = passed & valid & (before > 0) & usable[:, None]
-    row: dict[str, float | int] = {"gagar_groups": int(moved.any(1).sum())}
+    # gagar_groups: groups GAGAR could act on (a usable ranking, a positive passing advantage); gagar_moved: those
+    # where it changed an advantage (equal weights, or a lone pass, leave a group as it was)
+    row: dict[str, float | int] = {"gagar_groups": int(moved.any(1).sum()),
+                                   "gagar_moved": int((moved & (after != before)).any(1).sum())}
     if bool(moved.any()):
         row.update(adv_pass_max_before=float(before[moved].max()), adv_pass_min_before=float(before[moved].min()),
                    adv_pass_max_after=float(after[moved].max()), adv_pass_min_after=float(after[moved].min()))

@@ -217,7 +217,7 @@ def _skew(args: argparse.Namespace) -> int:
         for shape, m in rows.items():
             print(f"  {est:<6} {shape:<13} sign err (rank) {m['sign_error_rank']['mean']:.3f}  "
                   f"(value) {m['sign_error_value']['mean']:.3f}  rank var {m['rank_var']['mean']:.3f}  "
-                  f"clip {m['clip_frac']['mean']:.3f}")
+                  f"clip {m['clip_frac']['mean']:.3f} (equal |A|: {m['clip_frac_matched']['mean']:.3f})")
     return 0
 
 
