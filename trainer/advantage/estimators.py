@@ -108,13 +108,15 @@ def window_size(n: Tensor | int, coverage: float) -> Tensor | int:
     return ((n.long() * p + (q - 1)) // q).clamp(min=1).minimum(n)
 
 
-def _tied(lo: Tensor, hi: Tensor) -> Tensor:
+def _tied(lo: Tensor, hi: Tensor, padded: bool = False) -> Tensor:
     """(G, w) bool: the windows as narrow as the narrowest one, up to rounding.
 
-    lo, hi: (G, w) first and last sorted value of every window (+inf in both where no window starts).
+    lo, hi: (G, w) first and last sorted value of every window (``padded``: +inf in both where no window starts;
+    the caller masks those out of the result).
     """
-    widths = hi - lo  # inf − inf = NaN where no window starts: never the minimum, never tied
-    widths = torch.where(torch.isnan(widths), torch.full((), math.inf, dtype=lo.dtype, device=lo.device), widths)
+    widths = hi - lo
+    if padded:  # inf − inf = NaN where no window starts: never the minimum
+        widths = widths.nan_to_num(nan=math.inf)
     tol = torch.maximum(lo.abs(), hi.abs()).mul_(TIE_ULPS * torch.finfo(lo.dtype).eps)
     best = widths.argmin(1, keepdim=True)  # one narrowest window; the others are compared with it
     return widths - widths.gather(1, best) <= tol + tol.gather(1, best)
@@ -142,7 +144,7 @@ def gapo_center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -
     valid = starts + k - 1 < sizes[:, None]
     inf = torch.full((), math.inf, dtype=s.dtype, device=s.device)
     hi = torch.where(valid, s.gather(1, (starts + k - 1).clamp(max=m - 1)), inf)
-    tied = _tied(torch.where(valid, s, inf), hi) & valid
+    tied = _tied(torch.where(valid, s, inf), hi, padded=True) & valid
     if center == "mean":
         # window sums from a float64 running sum over the real cells (padding is +inf), then back to s's dtype
         real = starts < sizes[:, None]
