@@ -114,7 +114,7 @@ _LOOP_PANELS = (
     ("policy_tokens_mean", "policy tokens per rollout"),
     ("adv_std", "advantage std"),
     ("adv_pass_max_after", "max passing advantage after GAGAR"),
-    ("gagar_groups", "groups GAGAR changed"),
+    ("gagar_groups", "groups GAGAR could act on"),
     ("judge_fallbacks", "judge fallbacks"),
 )
 
