@@ -3,7 +3,8 @@
 Two calls, in this order within a step:
 1. `check_hacks`: the model-free grader (`judge="heuristic"`) on every group with at least one passing rollout —
    hack detection needs no comparison, so a lone passing rollout is checked too. Its `Grading.hacks` reset those
-   rollouts to failure (`RolloutGroup.passed`) *before* dynamic sampling and advantages.
+   rollouts to failure (`RolloutGroup.passed`) *before* dynamic sampling and advantages. With `grader.probe`,
+   the behavioural probe (`grader.probes`) runs first and its findings join the static ones.
 2. `rank`: the configured judge on the groups the caller says need a ranking (two or more passing rollouts with
    a positive base advantage). With the heuristic judge, the hack check's grading already is that ranking.
 Candidates are always `RolloutGroup.candidates()`: hacked rollouts never reach the judge.
@@ -11,6 +12,7 @@ Candidates are always `RolloutGroup.candidates()`: hacked rollouts never reach t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,10 @@ from trainer.groups import RolloutGroup
 
 
 class Judge:
-    def __init__(self, section: GraderSection, repos_dir: Path) -> None:
+    def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None) -> None:
         self.section = section
         self.repos_dir = Path(repos_dir)
+        self.sandbox = sandbox  # the sandbox's config, for the behavioural probe
         self._backend: Any = None
 
     def backend(self) -> Any:
@@ -38,6 +41,16 @@ class Judge:
         from grader.grade import grade_groups
 
         todo = [g for g in groups if any(g.passed)]
+        if self.section.probe and self.sandbox is not None:
+            from dataclasses import asdict
+
+            from grader.probes import probe_group
+
+            for g in todo:
+                cands = g.candidates().candidates
+                run = probe_group(g.instance, {c.rollout_id: c.patch for c in cands}, self.sandbox(),
+                                  budget_s=self.section.probe_budget_s)
+                g.behaviour = {rid: [asdict(f) for f in found] for rid, found in run.findings.items()}
         if todo:
             gradings = grade_groups([g.candidates() for g in todo], self.repos_dir, judge="heuristic")
             for g, grading in zip(todo, gradings, strict=True):
