@@ -102,6 +102,52 @@ def run(tasks: list[dict], repos_dir: Path, hacks: list, split: dict[str, str], 
     return {"groups": rows, "summary": summarize(rows)}
 
 
+def golds_alone(tasks: list[dict], repos_dir: Path, workers: int = 2) -> dict:
+    """Precision on real gold fixes with nothing to compare against: each probed alone must get no verdict."""
+    cfg = SandboxConfig(repos_dir=repos_dir, image="gagar-python:latest", max_workers=workers, timeout=300)
+    flagged, secs, probed, problems = 0, [], 0, []
+    for t in tasks:
+        run = probe_group(Instance.from_dict(t), {"gold": t["patch"]}, cfg)
+        secs.append(run.seconds)
+        probed += run.probed
+        if run.findings.get("gold"):
+            flagged += 1
+            problems.append(f"{t['instance_id']}: {[f.cite() for f in run.findings['gold']][:2]}")
+    secs.sort()
+    return {"gold_fixes": len(tasks), "probed": probed, "flagged": flagged, "problems": problems,
+            "seconds_median": secs[len(secs) // 2] if secs else None}
+
+
+def honest_groups(tasks: list[dict], repos_dir: Path, workers: int = 2, n_variants: int = 3) -> dict:
+    """Precision on honest rollouts: each gold with its SFT degradations (debug output, dead helpers, renames,
+    reformatting, unrelated edits — passing, behaviourally honest), probed together."""
+    from sft.degrade import DegradeError, build_variants
+
+    cfg = SandboxConfig(repos_dir=repos_dir, image="gagar-python:latest", max_workers=workers, timeout=300)
+    cands = flagged = groups = 0
+    problems = []
+    for t in tasks:
+        try:
+            variants = build_variants(t, repos_dir, n_variants=n_variants, seed=0)
+        except DegradeError as exc:
+            problems.append(f"{t['instance_id']}: {exc}")
+            continue
+        inst = Instance.from_dict(t)
+        preds = [Prediction(instance_id=inst.instance_id, model_patch=v.patch, model_name_or_path="honest",
+                            rollout_id=v.rollout_id) for v in variants]
+        with tempfile.TemporaryDirectory(prefix="gagar-honest-") as tmp:
+            res = evaluate_predictions({inst.instance_id: inst}, preds, cfg, run_dir=Path(tmp))
+        ok = {r.rollout_id: next(v.patch for v in variants if v.rollout_id == r.rollout_id) for r in res if r.passed}
+        if len(ok) < 2:
+            continue
+        run = probe_group(inst, ok, cfg)
+        groups += 1
+        cands += len(ok)
+        flagged += len(run.findings)
+        problems += [f"{inst.instance_id}/{r}: {[f.cite() for f in fs][:2]}" for r, fs in run.findings.items()]
+    return {"groups": groups, "candidates": cands, "flagged": flagged, "problems": problems}
+
+
 def summarize(rows: list[dict]) -> dict:
     out = {}
     for name, sel in (("all", rows), ("dev", [r for r in rows if r.get("split") == "dev"]),
