@@ -199,11 +199,10 @@ def test_probe_group_through_the_sandbox(tmp_path: Path) -> None:
         return f"diff --git a/{path} b/{path}\n{body}"
 
     old_test = (repo / "tests" / "test_lib.py").read_text()
+    new_test = old_test + "\n\n" + TEST  # the task's test patch adds test_chunks
     inst = Instance(instance_id="acme__chunks-1", repo="acme/chunks", base_commit=base, patch="",
-                    test_patch=diff("tests/test_lib.py", old_test, old_test + "\n\n" + TEST.split("\n", 1)[1]
-                                    .replace("from lib import chunks\n", "from lib import chunks\n")),
-                    FAIL_TO_PASS=[ID], PASS_TO_PASS=[], test_cmd="python3 -m pytest -rA tests/test_lib.py")
-    inst.test_patch = inst.test_patch.replace("+def test_chunks", "+from lib import chunks\n+\n+\n+def test_chunks", 1)
+                    test_patch=diff("tests/test_lib.py", old_test, new_test), FAIL_TO_PASS=[ID], PASS_TO_PASS=[],
+                    test_cmd="python3 -m pytest -rA tests/test_lib.py")
     from grader.probes import probe_group
 
     cfg = SandboxConfig(repos_dir=tmp_path / "repos", image="gagar-python:latest", max_workers=2, timeout=120)
