@@ -165,7 +165,10 @@ def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConf
     t0 = time.monotonic()
     nonce = secrets.token_hex(3)
     repo_dir = Path(config.repos_dir or ".") / instance.repo.replace("/", "__")
-    built = build_instance(instance, repo_dir, nonce)
+    try:
+        built = build_instance(instance, repo_dir, nonce)
+    except Exception as exc:  # noqa: BLE001 - an unforeseen test file must not stop a training step
+        built = f"the tests could not be instrumented ({type(exc).__name__}: {exc})"
     if isinstance(built, str):
         return ProbeRun(False, built, seconds=round(time.monotonic() - t0, 2))
     inst, probe = built
@@ -181,6 +184,9 @@ def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConf
             run.statuses[r.rollout_id] = r.status
             if r.log_path:
                 run.records[r.rollout_id] = read_records(Path(r.log_path), nonce)
-    run.findings = judge(run)
+    try:
+        run.findings = judge(run)
+    except Exception as exc:  # noqa: BLE001 - no verdict rather than a crashed step; the reason is kept
+        run.why_not = f"the probe's records could not be judged ({type(exc).__name__}: {exc})"
     run.seconds = round(time.monotonic() - t0, 2)
     return run
