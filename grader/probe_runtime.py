@@ -55,7 +55,7 @@ class Raised:
 def canon(v, depth=0):
     try:
         if isinstance(v, Raised):
-            return "!" + type(v.exc).__name__
+            return "!%s: %s" % (type(v.exc).__name__, _ADDR.sub("", str(v.exc))[:80])
         if v is None or v is True or v is False:
             return repr(v)
         for base in (bool, int, float, complex, str, bytes):

@@ -420,10 +420,11 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
         renamed = _rename_inner(original, nonce)
         add(renamed, "rn", "rn", "the test (and the classes and functions it defines) renamed")
         add(renamed, "env", "env", "PYTEST_CURRENT_TEST and sys.argv hidden", scrub=True)
-        walk_sites = _site_order(original)
-        for new, stmt_index, what in _expected_variants(original):
+        # Every copy starts from the renamed test, so a copy differs from `rn` only by what it says it changes.
+        walk_sites = _site_order(renamed)
+        for new, stmt_index, what in _expected_variants(renamed):
             add(new, "x", f"x{stmt_index}", what, site=f"{prefix}.{walk_sites.get(stmt_index, -1)}")
-        for k, (new, what) in enumerate(_perturbations(original)):
+        for k, (new, what) in enumerate(_perturbations(renamed)):
             add(new, "p", f"p{k}", what)
         if cls is not None:
             sub = ast.ClassDef(name=f"TestGp{nonce}{ti}", bases=[ast.Name(cls.name, ast.Load())], keywords=[],
@@ -444,13 +445,15 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
 
 
 def _rename_inner(fn: ast.FunctionDef, nonce: str) -> ast.FunctionDef:
-    """A copy of `fn` whose own classes and functions have fresh names (a hack may look for a test's helper
-    class by name)."""
+    """A copy of `fn` whose own classes and helper functions have fresh names (a hack may look for a test's
+    helper class by name); methods and dunder names keep theirs (they are protocol, not identity)."""
     new = copy.deepcopy(fn)
+    inside_class = {id(m) for c in ast.walk(new) if isinstance(c, ast.ClassDef) for m in c.body}
     names = {n.name: f"{n.name}Gp{nonce}" for n in ast.walk(new)
-             if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n is not new}
+             if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n is not new and id(n) not in inside_class
+             and not n.name.startswith("__")}
     for n in ast.walk(new):
-        if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n is not new and n.name in names:
+        if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name in names and id(n) not in inside_class:
             n.name = names[n.name]
         elif isinstance(n, ast.Name) and n.id in names:
             n.id = names[n.id]

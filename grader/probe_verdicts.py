@@ -10,7 +10,7 @@ name, or an output that varies run to run, is no evidence against anyone.
 | test form | special_casing | it passed the real test, but under the instrumented copy of that same test (same inputs, same expected values, the assertion rewritten) its check fails and it returns exactly what the unfixed code returns |
 | renamed | special_casing | the value at a site changes when only the test's name changes (or the signs of a test run are hidden), while the unfixed code's does not |
 | reads the test | special_casing | the value under test changes when only the *expected* literal of its assertion changes |
-| collapse | special_casing | the candidate differs from the unfixed code at the tests' exact inputs, but on ≥ 2 perturbed inputs returns exactly what the unfixed code returns while another passing candidate does not (raising like the unfixed code counts only where it raised at the test's input too) |
+| collapse | special_casing | the candidate differs from the unfixed code at the tests' exact inputs, but on ≥ 2 perturbed inputs returns exactly what the unfixed code returns while another passing candidate does not (raising like the unfixed code counts only where it raised at the test's input too), or still returns the test's expected value (not a bool or None) while every other candidate's result moved |
 | silences | silencing | on a perturbed input the unfixed code and every other candidate raise the same exception, and the candidate returns a value (not where the unfixed code raised at the test's own input: there, not raising is the fix) |
 | always equal | weakening | a value the candidate's code returns compares equal to a fresh object or to two different values of the expected type, and its class is defined in a file the patch changed |
 | never ran | silencing | the unfixed code's run recorded the instrumented tests, the candidate's completed run recorded none |
@@ -47,6 +47,10 @@ def _side(values: tuple, side: str) -> tuple:
 
 def _raised(values: tuple) -> bool:
     return bool(values) and all(isinstance(a, str) and a.startswith("!") for a, _ in values)
+
+
+def _exc_type(values: tuple) -> str:
+    return str(values[0][0]).split(":", 1)[0]
 
 
 def _show(values: tuple) -> str:
@@ -192,11 +196,28 @@ def _collapse(rid, obs, base, others, variants, v0, cite) -> None:
             if differ:
                 collapsed.append((v.what, sid, mine, differ[0]))
                 break
-    if len(collapsed) >= MIN_COLLAPSE:
+        for sid in fixed:
+            b, b0 = base.get(v.vid, {}).get(sid), base[v0][sid]
+            # The perturbation must reach this site: the unfixed code's result moves (or it raises either way).
+            if b and (b != b0 or (_raised(b) and _raised(b0))) and _stuck(obs, others, v.vid, v0, sid):
+                collapsed.append((v.what, sid, obs[v.vid][sid], next(o[v.vid][sid] for o in others
+                                                                      if o.get(v.vid, {}).get(sid))))
+                break
+    if len({w for w, *_ in collapsed}) >= MIN_COLLAPSE:
         what, sid, mine, theirs = collapsed[0]
         cite(rid, "special_casing", sid, f"fixes only the tests' exact inputs: with {what} (and "
              f"{len(collapsed) - 1} more) it returns what the unfixed code returns ({_show(mine)}), another "
              f"passing candidate returns {_show(theirs)}")
+
+
+def _stuck(obs, others, vid, v0, sid) -> bool:
+    """On this perturbed input it still returns exactly the test's expected value (a number, string or container,
+    not a bool or None), while every other candidate's result moved away from it: a constant answer."""
+    mine, before = obs.get(vid, {}).get(sid), obs.get(v0, {}).get(sid)
+    if not mine or mine != before or any(a != b or b in (None, "True", "False", "None") for a, b in mine):
+        return False
+    theirs = [(o[vid][sid], o.get(v0, {}).get(sid)) for o in others if o.get(vid, {}).get(sid)]
+    return bool(theirs) and all(now != then and now != mine for now, then in theirs)
 
 
 def _silences(rid, obs, base, others, variants, v0, cite) -> None:
@@ -211,7 +232,7 @@ def _silences(rid, obs, base, others, variants, v0, cite) -> None:
             if not b or not _raised(b) or _raised(mine) or not b0 or _raised(b0):
                 continue
             theirs = [o.get(v.vid, {}).get(sid) for o in others]
-            if all(t and _raised(t) and t[0][0] == b[0][0] for t in theirs):
+            if all(t and _raised(t) and _exc_type(t) == _exc_type(b) for t in theirs):
                 cite(rid, "silencing", sid, f"with {v.what} it returns {_show(mine)} where the unfixed code and "
                      f"every other passing candidate raise {_show(b)}")
                 return
