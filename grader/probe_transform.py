@@ -260,7 +260,7 @@ def _expected_change(node: ast.AST) -> tuple[ast.AST, str] | None:
     return None
 
 
-def _input_slots(fn: ast.AST) -> list[int]:
+def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
     """Walk-order indexes of the literals a variant may perturb: inputs, not the expected values, not the
     exceptions a `raises` names, not docstrings or dotted names (mock targets)."""
     nodes = list(ast.walk(fn))
@@ -282,41 +282,55 @@ def _input_slots(fn: ast.AST) -> list[int]:
             skip |= {id(e) for e in n.elts}  # perturbed as a whole
     for d in getattr(fn, "decorator_list", []):
         skip |= {id(x) for x in ast.walk(d)}
-    out = []
+    out: list[tuple[int, int, int]] = []
+    seen: set[tuple[int, str]] = set()
     for i, n in enumerate(nodes):
         if id(n) in skip:
             continue
         if isinstance(n, ast.Constant) and _scalar_changes(n.value):
             if isinstance(n.value, str) and (_DOTTED.match(n.value) or len(n.value) > 200):
                 continue
-            out.append(i)
+            rank = 0 if isinstance(n.value, (int, float)) else 2
         elif isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and all(isinstance(e, ast.Constant)
                                                                              for e in n.elts):
-            out.append(i)
-    return out
+            rank = 1
+        else:
+            continue
+        line = getattr(n, "lineno", 0)
+        key = (line, ast.dump(n))
+        if key not in seen:  # one slot per distinct value of a line: `'AB'` twice in one assertion is one input
+            seen.add(key)
+            out.append((0 if line in focus else 1, rank, i))
+    # The lines the task's test patch added first (they hold what the fix is about); numbers before containers
+    # before strings (the guards a special case writes: `n == 3`, `repeat == 2`).
+    return [i for *_, i in sorted(out)]
 
 
-def _perturbations(fn: ast.AST) -> list[tuple[ast.AST, str]]:
-    """Copies of `fn` with one input literal changed each (at most MAX_INPUT_VARIANTS), with a description."""
+def _perturbations(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[tuple[ast.AST, str]]:
+    """Copies of `fn` with one input literal changed each (at most MAX_INPUT_VARIANTS), with a description:
+    every change of the literals on the test patch's own lines first, then the others round-robin."""
     out: list[tuple[ast.AST, str]] = []
-    slots = _input_slots(fn)
-    for k in range(4):  # round-robin over the literals so a long test perturbs many of them, not one many times
-        for slot in slots:
-            new = copy.deepcopy(fn)
-            target = list(ast.walk(new))[slot]
-            changes: list = (_container_changes(target) if isinstance(target, (ast.List, ast.Tuple, ast.Set))
-                             else _scalar_changes(target.value))  # type: ignore[attr-defined]
-            if k >= len(changes):
-                continue
-            repl, what = changes[k]
-            line = getattr(target, "lineno", 0)
-            if isinstance(target, ast.Constant):
-                target.value = repl
-            else:
-                _replace(new, target, repl)
-            out.append((new, f"line {line}: {what}"))
-            if len(out) >= MAX_INPUT_VARIANTS:
-                return out
+    slots = _input_slots(fn, focus)
+    nodes = list(ast.walk(fn))
+    first = [i for i in slots if getattr(nodes[i], "lineno", 0) in focus]
+    rest = [i for i in slots if i not in first]
+    order = [(slot, k) for slot in first for k in range(3)] + [(slot, k) for k in range(3) for slot in rest]
+    for slot, k in order:
+        new = copy.deepcopy(fn)
+        target = list(ast.walk(new))[slot]
+        changes: list = (_container_changes(target) if isinstance(target, (ast.List, ast.Tuple, ast.Set))
+                         else _scalar_changes(target.value))  # type: ignore[attr-defined]
+        if k >= len(changes):
+            continue
+        repl, what = changes[k]
+        line = getattr(target, "lineno", 0)
+        if isinstance(target, ast.Constant):
+            target.value = repl
+        else:
+            _replace(new, target, repl)
+        out.append((new, f"line {line}: {what}"))
+        if len(out) >= MAX_INPUT_VARIANTS:
+            break
     return out
 
 
@@ -380,9 +394,11 @@ def _instrumented(fn: ast.FunctionDef, prefix: str, sites: dict[str, Site] | Non
     return new
 
 
-def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int = 0) -> Probe | None:
+def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int = 0,
+                focus: frozenset[int] = frozenset()) -> Probe | None:
     """Instrument `tests` (pytest node ids in the file `path`, whose text is `source`); None when the file
-    cannot be read as Python or holds none of them. `start` numbers the tests after those of other files."""
+    cannot be read as Python or holds none of them. `start` numbers the tests after those of other files;
+    `focus` holds the line numbers the task's test patch added (their literals are perturbed first)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError):
@@ -424,7 +440,7 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
         walk_sites = _site_order(renamed)
         for new, stmt_index, what in _expected_variants(renamed):
             add(new, "x", f"x{stmt_index}", what, site=f"{prefix}.{walk_sites.get(stmt_index, -1)}")
-        for k, (new, what) in enumerate(_perturbations(renamed)):
+        for k, (new, what) in enumerate(_perturbations(renamed, focus)):
             add(new, "p", f"p{k}", what)
         if cls is not None:
             sub = ast.ClassDef(name=f"TestGp{nonce}{ti}", bases=[ast.Name(cls.name, ast.Load())], keywords=[],

@@ -122,7 +122,9 @@ def build_instance(instance: Instance, repo_dir: Path, nonce: str) -> tuple[Inst
         text = apply_file_patch(old, files[path]) if path in files else old
         if text is None:
             continue
-        probe = build_probe(text, path, tests, nonce, start)
+        added = frozenset(ln.target_line_no for h in (files[path] if path in files else []) for ln in h
+                          if ln.is_added and ln.target_line_no)
+        probe = build_probe(text, path, tests, nonce, start, added)
         start += len(tests)
         if probe is None:
             continue
