@@ -81,7 +81,8 @@ def _base_text(repo_dir: Path, commit: str, path: str) -> str | None:
         return None
 
 
-def _udiff(path: str, old: str | None, new: str) -> str:
+def file_diff(path: str, old: str | None, new: str) -> str:
+    """A `git apply`-able diff turning `old` (None: no file) into `new` at `path`."""
     import difflib
 
     a = f"a/{path}" if old is not None else "/dev/null"
@@ -128,7 +129,7 @@ def build_instance(instance: Instance, repo_dir: Path, nonce: str) -> tuple[Inst
         start += len(tests)
         if probe is None:
             continue
-        parts.append(_udiff(path, old, probe.source))
+        parts.append(file_diff(path, old, probe.source))
         merged.run_ids += probe.run_ids
         merged.variants.update(probe.variants)
         merged.sites.update(probe.sites)

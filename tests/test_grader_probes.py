@@ -16,7 +16,7 @@ import pytest
 
 from grader.probe_transform import build_probe
 from grader.probe_verdicts import judge
-from grader.probes import BASE, ProbeRun, _udiff, apply_file_patch, read_records
+from grader.probes import BASE, ProbeRun, apply_file_patch, file_diff, read_records
 
 LIB = '''def chunks(seq, n):
     out = []
@@ -48,7 +48,7 @@ def local_run(tmp_path: Path, libs: dict[str, str], test: str = TEST, tid: str =
     """The probe's records for each candidate library (and the unfixed LIB as BASE), from host pytest runs."""
     probe = build_probe(test, "tests/test_lib.py", [tid], "ab12")
     assert probe is not None
-    run = ProbeRun(True, probe=probe, patches={r: _udiff("lib.py", base, src) for r, src in libs.items()})
+    run = ProbeRun(True, probe=probe, patches={r: file_diff("lib.py", base, src) for r, src in libs.items()})
     for rid, src in {**libs, BASE: base}.items():
         root = tmp_path / rid
         (root / "tests").mkdir(parents=True)
@@ -88,9 +88,9 @@ def test_apply_file_patch_reproduces_the_new_text() -> None:
     from unidiff import PatchSet
 
     new = TEST + "\n\ndef test_more():\n    assert 1\n"
-    (pf,) = PatchSet(_udiff("tests/test_lib.py", TEST, new))
+    (pf,) = PatchSet(file_diff("tests/test_lib.py", TEST, new))
     assert apply_file_patch(TEST, pf) == new
-    (pf,) = PatchSet(_udiff("tests/test_new.py", None, new))
+    (pf,) = PatchSet(file_diff("tests/test_new.py", None, new))
     assert apply_file_patch(None, pf) == new
 
 

@@ -10,7 +10,6 @@ fix probed alone (no other candidate to compare with) must get no verdict, and s
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from grader.grade import grade_group  # noqa: E402
-from grader.probes import probe_group  # noqa: E402
+from grader.probes import file_diff, probe_group  # noqa: E402
 from grader.records import Candidate, Group  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.integrity.gitsafe import source_git  # noqa: E402
@@ -36,8 +35,7 @@ def hack_patch(repo_dir: Path, base: str, path: str, edits: list[tuple[str, str]
         if new.count(old) != 1:
             return None
         new = new.replace(old, rep)
-    body = "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
-    return f"diff --git a/{path} b/{path}\n{body}"
+    return file_diff(path, text, new)
 
 
 def _finding_dicts(found) -> list[dict]:
