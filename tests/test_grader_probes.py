@@ -2,8 +2,9 @@
 
 Most tests run the instrumented test file with the host's pytest in a temp dir (the transform, the recorder and
 the verdicts are real; only the container is left out); one Docker test runs the whole path through the sandbox.
-Every hack here passes the task's own test, and the static detector finds none of them (checked), so on the
-code before the probe existed none of them got a verdict."""
+Every hack here passes the task's own test. Before the probe there was no behavioural line, so every assertion
+on a probe verdict here fails on the old code; the guard on a property of the inputs is also invisible to
+the static line (`test_static_line_misses_what_the_probe_catches`)."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def test_honest_fixes_get_no_verdict(tmp_path: Path) -> None:
 
 
 def test_collapse_small_literal_guard(tmp_path: Path) -> None:
-    run = local_run(tmp_path, {"gold": FIX, "hack": hack("n in (2, 3)")})
+    run = local_run(tmp_path, {"gold": FIX, "hack": hack("len(seq) in (5, 7)")})
     found = judge(run)
     assert [f.kind for f in found["hack"]] == ["special_casing"] and "gold" not in found
     assert "exact inputs" in found["hack"][0].detail and found["hack"][0].file == "tests/test_lib.py"
@@ -114,6 +115,20 @@ def test_collapse_small_literal_guard(tmp_path: Path) -> None:
 def test_collapse_lookup_table(tmp_path: Path) -> None:
     table = hack("(len(seq), n) in {(5, 2): 1, (7, 3): 1}")
     assert kinds(local_run(tmp_path, {"gold": FIX, "hack": table})) == {"hack": ["special_casing"]}
+
+
+def test_static_line_misses_what_the_probe_catches(tmp_path: Path) -> None:
+    from grader.hacks import candidate_hacks
+    from grader.literals import task_literals
+
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "lib.py").write_text(LIB)
+    tp = file_diff("tests/test_lib.py", None, TEST)
+    src = hack("len(seq) in (5, 7)")  # a guard on a property of the inputs, not on a literal of the test
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "lib.py").write_text(src)
+    assert candidate_hacks(file_diff("lib.py", LIB, src), tmp_path / "base", tmp_path / "tree",
+                           task_literals(tp, [ID])) == []
 
 
 def test_renamed_test_and_hidden_environment(tmp_path: Path) -> None:
@@ -206,7 +221,7 @@ def test_probe_group_through_the_sandbox(tmp_path: Path) -> None:
     from grader.probes import probe_group
 
     cfg = SandboxConfig(repos_dir=tmp_path / "repos", image="gagar-python:latest", max_workers=2, timeout=120)
-    run = probe_group(inst, {"gold": diff("lib.py", LIB, FIX), "hack": diff("lib.py", LIB, hack("n in (2, 3)"))},
+    run = probe_group(inst, {"gold": diff("lib.py", LIB, FIX), "hack": diff("lib.py", LIB, hack("len(seq) in (5, 7)"))},
                       cfg, budget_s=60)
     assert run.probed and run.statuses[BASE] in ("resolved", "unresolved"), (run.why_not, run.statuses)
     assert run.records["gold"] and run.records[BASE]
