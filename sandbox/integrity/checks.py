@@ -11,7 +11,8 @@ channels a forger would also have to fake:
 - each listed test reported exactly once, and defined in a test file before the run;
 - the patch itself: start-up hooks (`sitecustomize.py`, `.pth`, package metadata with entry points, planted
   bytecode), modules that shadow the standard library or pytest, references to the sandbox's report channel,
-  a Go `TestMain` or an `init()` that exits, printed Go test framing, new test files that register plugins.
+  a Go `TestMain` or an `init()` that exits, printed Go test framing, a Go exit past `-test.paniconexit0` (it has
+  to be named: Go has no eval), new test files that register plugins.
 
 `check()` returns the reasons; any reason makes the result `suspicious_report` (and unresolved). The checks are
 built so that an honest run never trips them: each is a disagreement no real test run produces.
