@@ -3,6 +3,10 @@ gold fix (its library diff), the test patch (its test diff), and FAIL_TO_PASS / 
 the unfixed code and the gold fix through the sandbox (`gagar eval`'s evaluation path).
 
     .venv/bin/python bench/hackset/prepare.py --repos-dir D --repo owner/name --commits C... --out tasks.json
+
+`tasks.json` (the fresh set's 10 groups) keeps PASS_TO_PASS: its hacks are evaluated against it. `golds.json`
+(37 more fixes, only probed alone) was written by the same command and then stripped of PASS_TO_PASS (the probe
+runs the failing tests only; `PASS_TO_PASS_count` says how many there were) to keep the repository small.
 """
 
 from __future__ import annotations
