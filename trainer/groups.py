@@ -28,6 +28,7 @@ class RolloutGroup:
     results: list[EvalResult]  # aligned with trajs
     hack_check: Grading | None = None  # the model-free grader's verdicts (hacks), on every group with a pass
     ranking: Grading | None = None  # the judge's ranking, only where GAGAR has something to redistribute
+    behaviour: dict | None = None  # the behavioural probe's findings (grader.probes), rollout_id -> [finding]
 
     def __post_init__(self) -> None:
         if [t.rollout_id for t in self.trajs] != [r.rollout_id for r in self.results]:
@@ -63,12 +64,15 @@ class RolloutGroup:
     def candidates(self) -> Group:
         """The grader's input: this group's passing rollouts (hacks already found are left out)."""
         hacks = self.grader_hacks
-        return Group.from_results(
+        group = Group.from_results(
             self.instance,
             [r for r in self.results if r.rollout_id not in hacks],
             {t.rollout_id: t.patch for t in self.trajs},
             trajectories={t.rollout_id: t.events for t in self.trajs},
         )
+        ids = {c.rollout_id for c in group.candidates}
+        group.behaviour = {k: v for k, v in (self.behaviour or {}).items() if k in ids}
+        return group
 
 
 def infra_result(instance_id: str, rollout_id: str, error: str) -> EvalResult:

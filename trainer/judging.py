@@ -10,11 +10,14 @@ candidates) — so the native loop (`RolloutGroup`s) and verl (`trainer.integrat
 2. `rank`: the configured judge on the groups the caller says need a ranking (`needs_grading`: two or more passing
    rollouts with a positive base advantage). With the heuristic judge, the hack check's grading already is that
    ranking; the LLM judge gets the candidates without the hacks the check found.
+With `grader.probe` (native loop), the behavioural probe (`grader.probes`) runs before the check and its
+findings (`Group.behaviour`) join the static ones in `Grading.hacks`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +34,10 @@ def without(group: Group, hacks: dict[str, str]) -> Group:
 
 
 class Judge:
-    def __init__(self, section: GraderSection, repos_dir: Path) -> None:
+    def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None) -> None:
         self.section = section
         self.repos_dir = Path(repos_dir)
+        self.sandbox = sandbox  # the sandbox's config, for the behavioural probe
         self._backend: Any = None
 
     def backend(self) -> Any:
@@ -69,6 +73,16 @@ class Judge:
     def check_hacks(self, groups: list[RolloutGroup]) -> int:
         """Run the hack check on every group with a passing rollout; returns how many were checked."""
         todo = [g for g in groups if any(g.passed)]
+        if self.section.probe and self.sandbox is not None:
+            from dataclasses import asdict
+
+            from grader.probes import probe_group
+
+            for g in todo:
+                cands = g.candidates().candidates
+                run = probe_group(g.instance, {c.rollout_id: c.patch for c in cands}, self.sandbox(),
+                                  budget_s=self.section.probe_budget_s)
+                g.behaviour = {rid: [asdict(f) for f in found] for rid, found in run.findings.items()}
         for g, grading in zip(todo, self.check([g.candidates() for g in todo]), strict=True):
             g.hack_check = grading
         return len(todo)

@@ -76,7 +76,7 @@ class Trainer:
         if ckpt and cfg.rollout.backend != "transformers":
             self.backend.sync_weights(self.policy.model, self.start_step)
         self.pool = SandboxPool(cfg.sandbox, self.repos, run_id=f"train-{self.out.name}")
-        self.judge = Judge(cfg.grader, self.repos)
+        self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config)
         self.metrics = MetricsWriter(self.out, start_step=self.start_step, tensorboard=cfg.tensorboard)
         (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
 
