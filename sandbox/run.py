@@ -87,8 +87,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
     from sandbox.apply import TestPatchFailed, apply_patch, restore_task_tests
     from sandbox.grading import grade
     from sandbox.parsers import STDOUT_REPORT, parse_results
-    from sandbox.watch import STDOUT_REPORT_BYTES
     from sandbox.patchcheck import EmptyPatch, PatchRejected, validate_patch
+    from sandbox.watch import STDOUT_REPORT_BYTES
 
     t0 = time.monotonic()
     framework = (instance.test_framework or "").lower()

@@ -170,6 +170,10 @@ def translate_swebench(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
     `pre_install`/`install` are dropped and named."""
     out = dict(spec)
     lost: list[str] = []
+    build = out.pop("build", None)  # SWE-bench runs a spec's `build` right after `install` in the repo image
+    if build:
+        inst = out.get("install") or []
+        out["install"] = [*([inst] if isinstance(inst, str) else inst), *([build] if isinstance(build, str) else build)]
     for key in ("pre_install", "install"):
         cmds = out.get(key)
         cmds = [cmds] if isinstance(cmds, str) else cmds
