@@ -54,7 +54,7 @@ def test_directives_as_swebench_derives_them() -> None:
 
 def test_framework_follows_the_command() -> None:
     assert framework_of("pytest --no-header -rA --tb=no -p no:cacheprovider") == "pytest"
-    assert framework_of("tox --current-env -epy39 -v --") == "pytest"
+    assert framework_of("tox --current-env -epy39 -v --") is None  # tox filters the sandbox's environment
     assert framework_of("./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1") == "django"
     assert framework_of("PYTHONWARNINGS='ignore::UserWarning' bin/test -C --verbose") == "sympy"
     assert framework_of("export X=1\npython -m unittest -v") == "unittest"
@@ -71,6 +71,8 @@ def test_classic_command_has_eval_commands_then_test_cmd_and_directives() -> Non
     assert (fw, lp) == ("pytest", "parse_log_pytest_options")  # SWE-bench's parser for requests
     with pytest.raises(ValueError, match="cannot tell which test runner"):
         classic_command("o/r", TEST_PATCH, RunSpec(("npm test",)))
+    with pytest.raises(ValueError, match="tox runs pytest in an environment it filters"):
+        classic_command("sphinx-doc/sphinx", TEST_PATCH, RunSpec(("tox --current-env -epy39 -v --",)))
 
 
 EVAL_SCRIPT = """#!/bin/bash

@@ -114,13 +114,19 @@ def framework_of(command: str) -> str | None:
         return "django"
     if re.search(r"(^|[\s;&|])(\./)?bin/test\b", line):
         return "sympy"
-    if re.search(r"(^|[\s/;&|])(pytest|py\.test)\b|-m\s+pytest\b|(^|\s)tox\b", line):
+    if re.search(r"(^|[\s/;&|])tox\b", line):
+        return None  # UNSUPPORTED_RUNNERS says why
+    if re.search(r"(^|[\s/;&|])(pytest|py\.test)\b|-m\s+pytest\b", line):
         return "pytest"
     if re.search(r"-m\s+unittest\b", line):
         return "unittest"
     return None
 
 
+UNSUPPORTED_RUNNERS = {
+    "tox": "tox runs pytest in an environment it filters, so the sandbox's report settings (PYTEST_ADDOPTS, "
+           "PYTHONPATH, the result pipe) do not reach it",
+}
 FRAMEWORK_PARSER = {"pytest": "parse_log_pytest", "django": "parse_log_django", "sympy": "parse_log_sympy",
                     "unittest": None}
 
@@ -134,8 +140,10 @@ def classic_command(repo: str, test_patch: str, run: RunSpec) -> tuple[str, str,
     else:  # SWE-bench runs a list of commands as they are (no directives)
         test, framework = "\n".join(run.test_cmd), framework_of(run.test_cmd[-1])
     if framework is None:
-        raise ValueError(f"{repo}: cannot tell which test runner `{run.test_cmd[-1]}` is (supported: pytest, "
-                         "tox running pytest, Django's tests/runtests.py, SymPy's bin/test)")
+        why = next((w for r, w in UNSUPPORTED_RUNNERS.items() if re.search(rf"(^|\s){r}\b", run.test_cmd[-1])),
+                   "cannot tell which test runner it is")
+        raise ValueError(f"{repo}: `{run.test_cmd[-1]}` is not supported: {why} (supported: pytest, Django's "
+                         "tests/runtests.py, SymPy's bin/test)")
     cmd = "\n".join([*run.eval_commands, test])
     return cmd, framework, run.log_parser or parser_for(repo, framework)
 
