@@ -23,7 +23,8 @@ from sandbox.env.spec import EnvSpec, SpecError, spec_for
 from sandbox.env.toolchains import ALL_RECIPES, GoMod, ToolchainError, base_for, parse_go_mod
 
 ENV_FORMAT = 2  # bumped when the build procedure changes, so old environment images stop matching
-FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "go": "go", "junit": "java"}
+FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "django": "python", "sympy": "python", "go": "go",
+                      "junit": "java"}
 GO_MODCACHE = "/opt/gomodcache"
 
 
