@@ -117,8 +117,11 @@ def build_script(plan: EnvPlan) -> str:
             # SWE-bench's conda packages: pip where PyPI has them; the others are named in the log and skipped.
             lines += [f"echo {shlex.quote('== conda packages (pip): ' + ' '.join(plan.conda))}",
                       _heredoc("/tmp/gagar-conda.txt", plan.conda),
-                      "python -m pip install -r /tmp/gagar-conda.txt || while read -r req; do python -m pip install "
-                      "\"$req\" || echo \"== conda-only (pip cannot install it): $req\"; done < /tmp/gagar-conda.txt"]
+                      # --ignore-installed: conda makes a fresh env with these packages, so the base's Debian copies
+                      # (bullseye's pytest 6, without a `pytest` command) must not stand in for them
+                      "python -m pip install --ignore-installed -r /tmp/gagar-conda.txt || while read -r req; do "
+                      "python -m pip install --ignore-installed \"$req\" || "
+                      "echo \"== conda-only (pip cannot install it): $req\"; done < /tmp/gagar-conda.txt"]
         if plan.requirements_from:
             lines += [f"echo {shlex.quote(f'== packages: {s.packages} ({plan.requirements_from}, as SWE-bench reads it)')}",
                       _heredoc("/tmp/gagar-requirements.txt", plan.requirements),

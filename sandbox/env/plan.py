@@ -71,7 +71,8 @@ class EnvPlan:
                "language": self.language, "toolchain": self.toolchain, "spec": self.spec.to_dict(),
                "go_download": self.go_download}
         if self.requirements or self.conda:  # only then: older plans keep their hashes (and their images)
-            doc["resolved"] = {"requirements": list(self.requirements), "conda": list(self.conda)}
+            doc["resolved"] = {"requirements": list(self.requirements), "conda": list(self.conda),
+                               "conda_install": "pip --ignore-installed"}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     @property
