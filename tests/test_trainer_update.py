@@ -273,7 +273,7 @@ def test_trainer_hands_the_policy_base_to_the_backend(monkeypatch, tmp_path):
     monkeypatch.setattr(loop, "build_policy", lambda *a, **k: types.SimpleNamespace(
         model=None, tokenizer=None, base_path="/runs/x/warmstart-1", optimizer=None))
     monkeypatch.setattr("trainer.rollout.make_backend", lambda *a, **k: got.update(k) or object())
-    monkeypatch.setattr(loop, "SandboxPool", lambda *a, **k: None)
+    monkeypatch.setattr(loop, "SandboxPool", lambda *a, **k: types.SimpleNamespace(config=lambda: None))
     cfg = _build({"out": str(tmp_path / "run"), "tensorboard": False})
     loop.Trainer(cfg, log=lambda m: None)
     assert got["base_path"] == "/runs/x/warmstart-1"
