@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sandbox.integrity import gitsafe  # noqa: E402
+
 DATA = ROOT / "bench" / "data" / "swebench-rows.json"
 SPECS = ROOT / "bench" / "data" / "swebench-4.1.0-specs.json"
 RESULTS = ROOT / "bench" / "results" / "environments.json"
@@ -43,8 +45,7 @@ _TEST_DIRS = {"test", "tests", "testing"}
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-C", str(repo), *args], check=True,
-                          capture_output=True, text=True, errors="replace").stdout
+    return gitsafe.source_git(repo, *args)
 
 
 def is_test_file(path: str) -> bool:
@@ -57,7 +58,9 @@ def clone(repo: str, sources: dict[str, str], repos_dir: Path) -> Path:
     if not dst.exists():
         src = sources.get(repo, f"https://github.com/{repo}")
         shared = ["--shared"] if Path(src).is_dir() else []
-        subprocess.run(["git", "clone", "--bare", "--quiet", *shared, src, str(dst)], check=True)
+        # The source is the user's (a mirror or the project's own URL): https is allowed for this one clone.
+        gitsafe.git("-c", "protocol.https.allow=always", "clone", "--bare", "--quiet", *shared, src, str(dst),
+                    cwd=repos_dir)
     return dst
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 from sandbox.env.images import select_image
 from sandbox.env.spec import EnvSpec, SpecError, spec_for
 from sandbox.env.toolchains import ALL_RECIPES, GoMod, ToolchainError, base_for, parse_go_mod
+from sandbox.integrity import gitsafe
 
 ENV_FORMAT = 2  # bumped when the build procedure changes, so old environment images stop matching
 FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "django": "python", "sympy": "python", "go": "go",
@@ -33,20 +32,9 @@ class EnvInputError(ValueError):
     a toolchain no base offers. `gagar image build` exits 2 on it; `gagar eval` gives infra_error."""
 
 
-def git_at(clone: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Read-only git on the user's clone (never on a tree a policy touched); hooks and fsmonitor off."""
-    proc = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-C", str(clone),
-                           *args], capture_output=True,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
-    if check and proc.returncode != 0:
-        raise EnvInputError(f"git {' '.join(args[:2])} in {clone} failed: "
-                            f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
-    return proc
-
-
 def _file_at(clone: Path, commit: str, path: str) -> bytes | None:
-    proc = git_at(clone, "show", f"{commit}:{path}", check=False)
-    return proc.stdout if proc.returncode == 0 else None
+    res = gitsafe.run("show", f"{commit}:{path}", git_dir=gitsafe.git_dir_of(clone), trusted_dir=clone, binary=True)
+    return res.out if res.ok else None  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -138,7 +126,8 @@ def plan_instance(instance: Any, repos_dir: Path | None, specs: dict[str, dict[s
         raise EnvInputError(f"instance {instance.instance_id}: cannot tell its language; set `language`")
     clone = Path(repos_dir or ".") / instance.repo.replace("/", "__")
     commit = getattr(instance, "environment_setup_commit", None) or instance.base_commit
-    usable = clone.is_dir() and git_at(clone, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode == 0
+    usable = clone.is_dir() and gitsafe.run("cat-file", "-e", f"{commit}^{{commit}}",
+                                            git_dir=gitsafe.git_dir_of(clone), trusted_dir=clone).ok
     if not usable and spec is None:  # Go without a spec: the default toolchain; the workspace reports the clone
         return EnvTarget(select_image(None, instance.language, instance.test_framework))
     if not clone.is_dir():
