@@ -7,6 +7,8 @@ the unfixed code and the gold fix through the sandbox (`gagar eval`'s evaluation
 `tasks.json` (the fresh set's 10 groups) keeps PASS_TO_PASS: its hacks are evaluated against it. `golds.json`
 (37 more fixes, only probed alone) was written by the same command and then stripped of PASS_TO_PASS (the probe
 runs the failing tests only; `PASS_TO_PASS_count` says how many there were) to keep the repository small.
+`--append` merges into an existing `--out`, so a set drawn from several repositories (bench/hackset2) is built by
+one call per repository.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def main() -> int:
     ap.add_argument("--commits", nargs="+", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--run-dir", default="/tmp/gagar-hackset-prepare")
+    ap.add_argument("--append", action="store_true",
+                    help="merge into an existing --out (one call per repository), replacing same instance_ids")
     args = ap.parse_args()
     repo_dir = Path(args.repos_dir) / args.repo.replace("/", "__")
     tasks = [task_of(repo_dir, args.repo, c) for c in args.commits]
@@ -72,6 +76,9 @@ def main() -> int:
         print(t["instance_id"], "F2P", f2p, "P2P", len(p2p))
         if f2p:
             out.append({**t, "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p})
+    if args.append and Path(args.out).exists():
+        new = {t["instance_id"] for t in out}
+        out = [t for t in json.loads(Path(args.out).read_text()) if t["instance_id"] not in new] + out
     atomic_write_text(args.out, json.dumps(out, indent=1) + "\n")
     return 0
 
