@@ -39,6 +39,7 @@ from sandbox.report import (
     collect_reports,
     log_dir_for,
     resume_done,
+    verdict_key,
 )
 from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree, sweep_workspaces
 
@@ -299,10 +300,15 @@ def evaluate_predictions(
     known = [p for p in predictions if p.instance_id in instances]
     unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
     keys = [(p.instance_id, p.rollout_id) for p in known]
+    vkeys = {(p.instance_id, p.rollout_id): verdict_key(instances[p.instance_id], p.model_patch, config.image)
+             for p in known}
     writer = ResultWriter(run_dir / "results.jsonl") if run_dir else None
     done: dict[tuple[str, str], EvalResult] = {}
     if writer is not None:
-        done = resume_done(writer, keys, redo=redo)
+        resume = resume_done(writer, vkeys, redo=redo)
+        done = resume.done
+        for msg in resume.messages():
+            _say(f"gagar eval: {msg}")
         ctr.remove_stale(config.run_id)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
     # Group by instance, keeping first-seen order, so one group's rollouts run together.
@@ -335,6 +341,7 @@ def evaluate_predictions(
                     len([k for k in keys if k in done]), enabled=progress)
 
     def record(r: EvalResult) -> None:
+        r.verdict_key = vkeys.get(r.key)
         with lock:
             results[r.key] = r
         if writer is not None:

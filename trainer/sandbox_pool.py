@@ -36,7 +36,10 @@ class SandboxPool:
                  run_dir: Path) -> list[EvalResult]:
         if not predictions:
             return []
-        return self.executor.evaluate(instances, predictions, self.config(), run_dir=Path(run_dir))
+        # redo: every batch the trainer evaluates is new rollouts. Its run dirs (OUT/sandbox/step_N/rK) are
+        # logs, never a cache: a fresh run into an existing --out (or a resumed one re-sampling the step after
+        # its checkpoint) reuses the same dirs and rollout ids, and must not inherit the earlier run's verdicts.
+        return self.executor.evaluate(instances, predictions, self.config(), run_dir=Path(run_dir), redo=True)
 
     def evaluate_masked(self, instances: dict[str, Instance], predictions: list[Prediction], run_dir: Path,
                         log: Callable[[str], None] = print) -> list[EvalResult]:
