@@ -30,6 +30,7 @@ from sandbox.env.image import prepare_images
 from sandbox.env.images import ImageError
 from sandbox.env.toolchains import build_failure, go_requires
 from sandbox.group import RolloutGroup, Slot, discard_slot
+from sandbox.inputs import require_runnable
 from sandbox.integrity import checks as integrity
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
 from sandbox.report import (
@@ -290,7 +291,8 @@ def evaluate_predictions(
     """Evaluate `predictions` against `instances`; returns one result per known prediction, in input order.
     With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished.
     `on_result` sees each new result as it is recorded; setting `stop` ends the run early (results so far
-    are kept), as Ctrl-C does — the Ray executor's workers use both."""
+    are kept), as Ctrl-C does — the Ray executor's workers use both. An instance without FAIL_TO_PASS is an
+    `InputError` (a ValueError) before anything runs (`sandbox.inputs.check_runnable`)."""
     if not isinstance(instances, Mapping):
         instances = {i.instance_id: i for i in instances}
     if config.repos_dir is None:
@@ -299,6 +301,8 @@ def evaluate_predictions(
     run_dir = Path(run_dir) if run_dir is not None else None
     known = [p for p in predictions if p.instance_id in instances]
     unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
+    # A missing test_cmd stays a per-prediction infra_error here: `env_specs` may still be applied below.
+    require_runnable({p.instance_id: instances[p.instance_id] for p in known}, test_cmd=False)
     keys = [(p.instance_id, p.rollout_id) for p in known]
     vkeys = {(p.instance_id, p.rollout_id): verdict_key(instances[p.instance_id], p.model_patch, config.image)
              for p in known}
