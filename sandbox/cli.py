@@ -151,6 +151,12 @@ def eval_main(argv: list[str]) -> int:
         missing = runtime_missing(args.runtime)
         if missing:
             return _err(prog, missing)
+    if args.image and args.executor == "local":  # on Ray the image lives on the nodes: each checks its own
+        from sandbox.run import image_missing
+
+        missing = image_missing(args.image, override=True)
+        if missing:
+            return _err(prog, missing)
     run_dir = args.report_dir / args.run_id
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -69,13 +69,17 @@ def _image_pythonpath(image: str) -> str | None:
     return next((e.split("=", 1)[1] for e in env if e.startswith("PYTHONPATH=")), None) or None
 
 
-def _image_missing(image: str) -> str | None:
+def image_missing(image: str, override: bool = False) -> str | None:
+    """Why `image` cannot run here (None when it can). `override`: it was named by --image."""
     try:
         ctr.client().images.get(image)
         return None
     except docker.errors.ImageNotFound:
+        if override:
+            return (f"--image {image}: no such image on this Docker engine; build it (`gagar image build`), "
+                    "`docker pull` or `docker load` it, or leave --image out to use the gagar-* images")
         return f"image {image!r} not found; build it with `gagar image build --all` or pass --image"
-    except (docker.errors.DockerException, ctr.SandboxInfraError) as exc:
+    except (docker.errors.DockerException, ctr.SandboxInfraError, requests.RequestException) as exc:
         return f"cannot reach the Docker engine ({exc})"
 
 
@@ -324,7 +328,7 @@ def evaluate_predictions(
         [instances[iid] for iid in order], repos_dir=config.repos_dir, specs=env_specs, override=config.image,
         max_workers=config.max_workers, log_dir=run_dir / "env-builds" if run_dir else None,
         say=_say)  # a build takes minutes: always say so, progress bar or not
-    missing = {img: _image_missing(img) for img in {v for v in images.values() if v}}
+    missing = {img: image_missing(img, img == config.image) for img in {v for v in images.values() if v}}
     for iid, img in images.items():
         if img and missing.get(img):
             image_errors[iid] = missing[img]

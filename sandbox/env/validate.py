@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
     from sandbox.env.spec import SpecError, load_spec_file
     from sandbox.inputs import InputError, _records, load_instances, require_runnable
     from sandbox.report import atomic_write_text
-    from sandbox.run import evaluate_predictions
+    from sandbox.run import evaluate_predictions, image_missing
 
     notes: list[str] = []
     try:
@@ -128,6 +128,8 @@ def main(argv: list[str]) -> int:
     from sandbox.env.spec import apply_specs
 
     apply_specs(instances, specs)
+    if args.image and (missing := image_missing(args.image, override=True)):
+        return _err(prog, missing)
     try:
         require_runnable(instances, args.instances)  # after the specs: a spec may give the test_cmd
     except InputError as exc:
