@@ -18,6 +18,25 @@ class Sample:
     token_ids: list[int]  # the completion only, as sampled (eos included when the model emitted it)
     text: str
     finish_reason: str  # "stop" (eos or a stop string) | "length"
+    # With SamplingParams.logprobs: per sampled token, its log-probability under the model (raw logits, before
+    # temperature/top-p, as vLLM reports them) and the `logprobs` most likely (token id, log-probability).
+    logprobs: list[float] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    stop_reason: str | int | None = None  # the stop string matched, or the eos id; None at the length limit
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one completion per prompt (`TransformersBackend.sample`)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    stop: list[str] | None = None  # a row stops after the token that completes one (kept in `text`)
+    logprobs: int | None = None  # None: none; k >= 0: the sampled token's, plus the k most likely
+    seed: int | None = None  # the same seed, prompts and parameters give the same samples
+    skip_special_tokens: bool = True  # for `text`
 
 
 @runtime_checkable

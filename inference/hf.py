@@ -14,7 +14,8 @@ import os
 import threading
 from typing import Any
 
-from inference.base import BackendError, Messages, Sample
+from inference.base import BackendError, Messages, Sample, SamplingParams
+from inference.hf_sampling import OnToken
 
 
 class TransformersBackend:
@@ -64,7 +65,7 @@ class TransformersBackend:
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0)
         self._lock = threading.Lock()  # one generate at a time: `gagar serve` is threaded
 
-    # ── tokens (the policy) ──────────────────────────────────────────────────────────────────────────────
+    # ── tokens (the policy, `gagar serve`) ─────────────────────────────────────────────────────────────
     def generate(
         self,
         prompts: list[list[int]],
@@ -74,73 +75,44 @@ class TransformersBackend:
         top_p: float = 1.0,
         stop: list[str] | None = None,
     ) -> list[Sample]:
-        """One completion per prompt; prompts are batched by similar length (less padding), order kept."""
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        out: list[Sample | None] = [None] * len(prompts)
-        for i in range(0, len(order), self.batch_size):
-            rows = order[i : i + self.batch_size]
-            got = self._batch([prompts[r] for r in rows], max_new_tokens, temperature, top_p, stop)
-            for r, s in zip(rows, got, strict=True):
-                out[r] = s
-        return [s for s in out if s is not None]
+        """One completion per prompt (the policy's rollouts, the judge's turns)."""
+        return self.sample(prompts, SamplingParams(max_new_tokens, temperature, top_p, stop=stop))
 
-    def _batch(
-        self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float, stop: list[str] | None
+    def sample(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        *,
+        on_token: OnToken | None = None,
+        cancel: threading.Event | None = None,
     ) -> list[Sample]:
+        """One completion per prompt under `params`; prompts are batched by similar length (less padding),
+        order kept. `on_token(i, state)` sees every sampled token of prompt i as it comes (streaming); setting
+        `cancel` ends the generation early. One call at a time (`gagar serve` is threaded), seeded inside the
+        lock, so a seed gives the same samples whatever else the server is doing."""
         import torch
 
-        model = self.model
-        device = next(model.parameters()).device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, p in enumerate(prompts):
-            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[r, width - len(p) :] = 1
-        kwargs: dict[str, Any] = {
-            "input_ids": ids.to(device),
-            "attention_mask": mask.to(device),
-            "max_new_tokens": max_new_tokens,
-            "pad_token_id": self.pad_id,
-            "eos_token_id": sorted(self.eos_ids),
-        }
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-        else:
-            kwargs.update(do_sample=False)
-        if stop:
-            kwargs.update(stop_strings=stop, tokenizer=self.tokenizer)
-        with self._lock, torch.no_grad():
-            was_training = model.training
-            model.eval()
-            try:
-                gen = model.generate(**kwargs)
-            finally:
-                model.train(was_training)
-        return [self._sample(row, stop) for row in gen[:, width:].tolist()]
+        from inference.hf_sampling import generate_rows
 
-    def _sample(self, row: list[int], stop: list[str] | None) -> Sample:
-        toks: list[int] = []
-        finish = "length"
-        for t in row:
-            toks.append(t)
-            if t in self.eos_ids:
-                finish = "stop"
-                break
-        # Rows that finished early (stop string, or another row still running) are padded; drop the padding.
-        while toks and toks[-1] == self.pad_id and self.pad_id not in self.eos_ids:
-            toks.pop()
-            finish = "stop"
-        text = self.tokenizer.decode(toks, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        if finish == "length" and stop and any(text.rstrip().endswith(s) for s in stop):
-            finish = "stop"
-        return Sample(token_ids=toks, text=text, finish_reason=finish)
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Sample | None] = [None] * len(prompts)
+        with self._lock:
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            for i in range(0, len(order), self.batch_size):
+                rows = order[i : i + self.batch_size]
+                got = generate_rows(self.model, self.tokenizer, [prompts[r] for r in rows], params, pad_id=self.pad_id,
+                                    eos_ids=self.eos_ids, index=rows, on_token=on_token, cancel=cancel)
+                for r, smp in zip(rows, got, strict=True):
+                    out[r] = smp
+        return [smp for smp in out if smp is not None]
 
     def sync_weights(self, model: Any, step: int) -> None:
         self.model = model  # same object as the trainer's: nothing to copy
 
     # ── chat (the judge, `gagar serve`) ─────────────────────────────────────────────────────────────────
-    def _encode(self, messages: Messages) -> list[int]:
+    def encode_chat(self, messages: Messages) -> list[int]:
+        """The conversation's prompt ids under the chat template, ready for the assistant's reply."""
         try:
             enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)
         except Exception as exc:  # templates raise on roles or shapes they do not support
@@ -162,7 +134,7 @@ class TransformersBackend:
         new_tokens = max_new_tokens
         for i, msgs in enumerate(conversations):
             try:
-                ids = self._encode(msgs)
+                ids = self.encode_chat(msgs)
                 if self.max_positions and len(ids) + 16 > self.max_positions:
                     raise BackendError(f"conversation of {len(ids)} tokens exceeds the model's {self.max_positions}")
             except BackendError as exc:
