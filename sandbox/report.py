@@ -142,6 +142,40 @@ def resume_done(writer: ResultWriter, keys: dict[tuple[str, str], str], *, redo:
     return out
 
 
+@dataclass
+class RunStart:
+    """Where a run stands before it evaluates anything (`start_run`)."""
+
+    known: list[Prediction]  # the predictions whose instance is known, in input order
+    unknown: list[str]  # instance ids predicted for that the instances do not have
+    keys: list[tuple[str, str]]
+    verdict_keys: dict[tuple[str, str], str]
+    writer: ResultWriter | None
+    done: dict[tuple[str, str], EvalResult]  # results a re-run keeps
+
+
+def start_run(instances: Any, predictions: list[Prediction], *, image: str | None, run_dir: Path | None,
+              redo: bool, say: Any = print) -> RunStart:
+    """The common start of every executor's run: refuse instances that cannot give an honest verdict, key each
+    prediction by what decides its verdict, and take over the finished results a re-run may keep (saying how
+    many it keeps and redoes)."""
+    from sandbox.inputs import require_runnable
+
+    known = [p for p in predictions if p.instance_id in instances]
+    unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
+    # A missing test_cmd stays a per-prediction infra_error here: the run's env specs may still supply one.
+    require_runnable({p.instance_id: instances[p.instance_id] for p in known}, test_cmd=False)
+    vkeys = {(p.instance_id, p.rollout_id): verdict_key(instances[p.instance_id], p.model_patch, image) for p in known}
+    writer = ResultWriter(run_dir / "results.jsonl") if run_dir is not None else None
+    done: dict[tuple[str, str], EvalResult] = {}
+    if writer is not None:
+        resume = resume_done(writer, vkeys, redo=redo)
+        done = resume.done
+        for msg in resume.messages():
+            say(f"gagar eval: {msg}")
+    return RunStart(known, unknown, [(p.instance_id, p.rollout_id) for p in known], vkeys, writer, done)
+
+
 class ResultWriter:
     """Appends result lines to `results.jsonl`; thread-safe."""
 

@@ -30,18 +30,9 @@ from sandbox.env.image import prepare_images
 from sandbox.env.images import ImageError
 from sandbox.env.toolchains import build_failure, go_requires
 from sandbox.group import RolloutGroup, Slot, discard_slot
-from sandbox.inputs import require_runnable
 from sandbox.integrity import checks as integrity
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
-from sandbox.report import (
-    ResultWriter,
-    atomic_write_text,
-    build_report,
-    collect_reports,
-    log_dir_for,
-    resume_done,
-    verdict_key,
-)
+from sandbox.report import atomic_write_text, build_report, collect_reports, log_dir_for, start_run
 from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree, sweep_workspaces
 
 log = logging.getLogger(__name__)
@@ -303,20 +294,10 @@ def evaluate_predictions(
         raise ValueError("SandboxConfig.repos_dir is required")
     t_start = time.monotonic()
     run_dir = Path(run_dir) if run_dir is not None else None
-    known = [p for p in predictions if p.instance_id in instances]
-    unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
-    # A missing test_cmd stays a per-prediction infra_error here: `env_specs` may still be applied below.
-    require_runnable({p.instance_id: instances[p.instance_id] for p in known}, test_cmd=False)
-    keys = [(p.instance_id, p.rollout_id) for p in known]
-    vkeys = {(p.instance_id, p.rollout_id): verdict_key(instances[p.instance_id], p.model_patch, config.image)
-             for p in known}
-    writer = ResultWriter(run_dir / "results.jsonl") if run_dir else None
-    done: dict[tuple[str, str], EvalResult] = {}
+    start = start_run(instances, predictions, image=config.image, run_dir=run_dir, redo=redo, say=_say)
+    known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
+                                                 start.writer, start.done)
     if writer is not None:
-        resume = resume_done(writer, vkeys, redo=redo)
-        done = resume.done
-        for msg in resume.messages():
-            _say(f"gagar eval: {msg}")
         ctr.remove_stale(config.run_id)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
     # Group by instance, keeping first-seen order, so one group's rollouts run together.
