@@ -237,3 +237,18 @@ def test_a_new_run_into_the_same_out_never_reuses_the_earlier_runs_verdicts(task
     results.write_text("".join(json.dumps(r) + "\n" for r in forged))
     assert verdict(patches["wrong-last-part"]) == "unresolved"
     assert len(results.read_text().splitlines()) == 1
+
+
+@pytest.mark.docker
+def test_a_missing_sandbox_image_stops_the_trainer_before_any_rollout(tasks):
+    """Every rollout would be a masked infra_error: a run that learns nothing. Refused when the pool is made
+    (before the policy is built), naming the config key."""
+    from sandbox_fixtures import require_docker
+
+    from trainer.config import SandboxSection
+    from trainer.sandbox_pool import SandboxPool
+
+    require_docker()
+    with pytest.raises(ValueError, match="sandbox.image gagar-no-such-image:0: no such image"):
+        SandboxPool(SandboxSection(image="gagar-no-such-image:0"), tasks / "repos")
+    SandboxPool(SandboxSection(image="gagar-python:latest"), tasks / "repos").close()

@@ -23,6 +23,12 @@ class SandboxPool:
         self.section = section
         self.repos_dir = Path(repos_dir)
         self.run_id = run_id
+        if section.image and section.executor == "local":  # else every rollout would be a masked infra_error
+            from sandbox.run import image_missing
+
+            missing = image_missing(section.image, override=True)
+            if missing:
+                raise ValueError(missing.replace("--image", "sandbox.image", 1))
         self.executor = make_executor(section.executor, section.ray_address or None)
         atexit.register(self.close)
 
