@@ -245,3 +245,38 @@ def test_serve_rejects_a_missing_model(tmp_path: Path):
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 2 and "cannot load" in proc.stderr
+
+
+def test_a_peft_adapter_on_top_of_the_base_is_what_is_served(tiny_model, tmp_path):
+    """`--adapter`: the served distribution is base + LoRA (here a random, non-zero LoRA: plumbing only)."""
+    import threading
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grader.serve import make_server
+    from inference.hf import TransformersBackend
+
+    torch.manual_seed(0)
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_model)),
+                          LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    peft.save_pretrained(str(tmp_path / "adapter"))
+    srv = make_server(TransformersBackend(str(tiny_model), str(tmp_path / "adapter"), device="cpu"), port=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="-", max_retries=0)
+        prompt = [11, 12, 13, 14]
+        got = client.completions.create(model="judge", prompt=prompt, max_tokens=4, temperature=0, logprobs=1,
+                                        extra_body={"return_token_ids": True}).choices[0]
+    finally:
+        srv.shutdown()
+    ids = got.model_extra["token_ids"]
+    peft.eval()
+    with torch.no_grad():
+        with_lora = torch.log_softmax(peft(torch.tensor([prompt + ids])).logits[0].float(), -1)
+        with peft.disable_adapter():
+            base = torch.log_softmax(peft(torch.tensor([prompt + ids])).logits[0].float(), -1)
+    want = [float(with_lora[len(prompt) - 1 + k, t]) for k, t in enumerate(ids)]
+    assert got.logprobs.token_logprobs == pytest.approx(want, abs=1e-4)
+    assert max(abs(float(base[len(prompt) - 1 + k, t]) - w) for k, (t, w) in enumerate(zip(ids, want, strict=True))) > 1e-3
