@@ -46,8 +46,8 @@ from inference.base import BackendError, Sample, SamplingParams
 class Engine:
     """The backend behind the endpoints: request → prompts and sampling parameters → samples."""
 
-    def __init__(self, backend: Any, served_name: str, max_tokens_cap: int) -> None:
-        self.backend, self.served_name, self.cap = backend, served_name, max_tokens_cap
+    def __init__(self, backend: Any, served_name: str, max_tokens_cap: int, logprobs_mode: str = "raw") -> None:
+        self.backend, self.served_name, self.cap, self.logprobs_mode = backend, served_name, max_tokens_cap, logprobs_mode
         self.tokenizer = backend.tokenizer
         self.vocab = int(getattr(getattr(backend.model, "config", None), "vocab_size", 0) or len(self.tokenizer))
         self.created = now()
@@ -77,7 +77,7 @@ class Engine:
     def params(self, req: Any, max_new: int, logprobs: int | None) -> SamplingParams:
         return SamplingParams(max_new_tokens=max_new, temperature=req.temperature, top_p=req.top_p,
                               top_k=max(0, req.top_k), stop=req.stops() or None, logprobs=logprobs, seed=req.seed,
-                              skip_special_tokens=req.skip_special_tokens)
+                              skip_special_tokens=req.skip_special_tokens, logprobs_mode=self.logprobs_mode)
 
     def chat_prompt(self, req: ChatRequest) -> list[int]:
         try:
@@ -240,14 +240,14 @@ class _Stream:
 
 
 # ── the app ──────────────────────────────────────────────────────────────────────────────────────────────
-def make_app(backend: Any, served_name: str = "judge", max_tokens_cap: int = 2048) -> Any:
+def make_app(backend: Any, served_name: str = "judge", max_tokens_cap: int = 2048, logprobs_mode: str = "raw") -> Any:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
     from openai.types import Model
     from starlette.exceptions import HTTPException
 
-    eng = Engine(backend, served_name, max_tokens_cap)
+    eng = Engine(backend, served_name, max_tokens_cap, logprobs_mode)
     app = FastAPI(title="gagar serve", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(ApiError)
@@ -327,8 +327,8 @@ class Server:
 
 
 def make_server(backend: Any, host: str = "127.0.0.1", port: int = 8000, served_name: str = "judge",
-                max_tokens_cap: int = 2048) -> Server:
-    return Server(make_app(backend, served_name, max_tokens_cap), host, port)
+                max_tokens_cap: int = 2048, logprobs_mode: str = "raw") -> Server:
+    return Server(make_app(backend, served_name, max_tokens_cap, logprobs_mode), host, port)
 
 
 def main(argv: list[str]) -> int:
@@ -342,6 +342,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="weights dtype (default: the model's)")
     p.add_argument("--batch-size", type=int, default=16, help="rows per forward batch (n samples × prompts)")
+    p.add_argument("--logprobs-mode", choices=["raw_logprobs", "processed_logprobs"], default="raw_logprobs",
+                   help="log-probs of the model's raw distribution (default, as vLLM) or of the one sampled from, "
+                   "after temperature/top-k/top-p (what the trainer's importance-sampling correction needs)")
     args = p.parse_args(argv)
     if args.max_tokens_cap < 1 or args.batch_size < 1:
         print("gagar serve: error: --max-tokens-cap and --batch-size must be at least 1", file=sys.stderr)
@@ -355,7 +358,8 @@ def main(argv: list[str]) -> int:
         print(f"gagar serve: error: cannot load {args.model}: {exc}", file=sys.stderr)
         return 2
     try:
-        server = make_server(backend, args.host, args.port, args.served_model_name, args.max_tokens_cap)
+        server = make_server(backend, args.host, args.port, args.served_model_name, args.max_tokens_cap,
+                             args.logprobs_mode.removesuffix("_logprobs"))
     except OSError as exc:
         print(f"gagar serve: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -18,8 +18,10 @@ class Sample:
     token_ids: list[int]  # the completion only, as sampled (eos included when the model emitted it)
     text: str
     finish_reason: str  # "stop" (eos or a stop string) | "length"
-    # With SamplingParams.logprobs: per sampled token, its log-probability under the model (raw logits, before
-    # temperature/top-p, as vLLM reports them) and the `logprobs` most likely (token id, log-probability).
+    # The sampled tokens' log-probs as the engine reports them (None: not asked for, or not given). From
+    # `TransformersBackend.sample` with SamplingParams.logprobs: under the model's raw distribution, or with
+    # logprobs_mode="processed" under the one sampled from (after temperature and top-p, as vLLM's
+    # processed_logprobs); plus the `logprobs` most likely (token id, log-probability) of each step.
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
     stop_reason: str | int | None = None  # the stop string matched, or the eos id; None at the length limit
@@ -37,6 +39,10 @@ class SamplingParams:
     logprobs: int | None = None  # None: none; k >= 0: the sampled token's, plus the k most likely
     seed: int | None = None  # the same seed, prompts and parameters give the same samples
     skip_special_tokens: bool = True  # for `text`
+    logprobs_mode: str = "raw"  # raw: the model's distribution | processed: after temperature, top-k, top-p
+    # False: exactly the distribution above, whatever the checkpoint's generation_config says (the policy, the
+    # server). True: the checkpoint's own decoding defaults fill what is not set here (the judge's chat replies).
+    model_defaults: bool = False
 
 
 @runtime_checkable

@@ -145,7 +145,9 @@ class TransformersBackend:
             if self.max_positions:
                 new_tokens = min(new_tokens, self.max_positions - len(ids))
         if todo:
-            samples = self.generate([ids for _, ids in todo], max_new_tokens=new_tokens, temperature=temperature)
+            # the judge's replies keep the checkpoint's own decoding defaults for what is not set here
+            samples = self.sample([ids for _, ids in todo],
+                                  SamplingParams(new_tokens, temperature, model_defaults=True))
             for (i, ids), s in zip(todo, samples, strict=True):
                 out[i] = (s.text, len(ids), len(s.token_ids))
         return out

@@ -56,6 +56,7 @@ def _rows_class():
             self.index, self.on_token, self.cancel = index, on_token, cancel
             self.stops = [s for s in (params.stop or []) if s]
             self.live_text = bool(self.stops) or on_token is not None
+            self.mode = "processed" if params.logprobs_mode == "processed" else "raw"
             self.step_logps: deque = deque()  # one per step, taken by `put` (which may come a step late)
             self._prompt_seen = False
 
@@ -64,7 +65,8 @@ def _rows_class():
             import torch
 
             if self.p.logprobs is not None:
-                self.step_logps.append(torch.log_softmax(scores.float(), dim=-1))
+                # a token outside the nucleus has log-prob -inf after top-p: clamped, so JSON can carry it
+                self.step_logps.append(torch.log_softmax(scores.float(), dim=-1).clamp(min=-1e4))
             return scores
 
         def _decode(self, ids: list[int]) -> str:
@@ -155,31 +157,47 @@ def generate_rows(model: Any, tokenizer: Any, prompts: list[list[int]], params: 
                          on_token, cancel)
 
     class _Record(LogitsProcessor):
-        def __call__(self, input_ids: Any, scores: Any) -> Any:
-            return rows.record(input_ids, scores)
+        def __init__(self, stage: str) -> None:
+            self.stage = stage
 
-    procs: list[Any] = [_Record()]
-    sampling = params.temperature > 0
-    if sampling:
-        if params.temperature != 1.0:
-            procs.append(TemperatureLogitsWarper(params.temperature))
-        if params.top_k > 0:
-            procs.append(TopKLogitsWarper(params.top_k))
-        if params.top_p < 1.0:
-            procs.append(TopPLogitsWarper(params.top_p))
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            return rows.record(input_ids, scores) if self.stage == rows.mode else scores
+
     eos = sorted(eos_ids)
-    # The warpers above are the whole distribution: HF's own defaults (top-k 50) must not add theirs.
-    neutral = GenerationConfig(max_new_tokens=params.max_new_tokens, do_sample=sampling, pad_token_id=pad_id,
-                               eos_token_id=eos, **({"temperature": 1.0, "top_p": 1.0, "top_k": 0} if sampling else {}))
-    # HF fills a passed config's unset values from the model's generation_config: swap in one with none.
+    sampling = params.temperature > 0
+    if params.model_defaults:
+        # The checkpoint's own defaults fill what is not given; its warpers run before ours, so no log-probs.
+        if params.logprobs is not None:
+            raise ValueError("log-probs need model_defaults=False (the warpers must be exactly the request's)")
+        config = GenerationConfig(max_new_tokens=params.max_new_tokens, do_sample=sampling, pad_token_id=pad_id,
+                                  eos_token_id=eos, **({"temperature": params.temperature, "top_p": params.top_p,
+                                                        "top_k": params.top_k} if sampling else {}))
+        procs: list[Any] = []
+        swap = None
+    else:
+        procs = [_Record("raw")]
+        if sampling:
+            if params.temperature != 1.0:
+                procs.append(TemperatureLogitsWarper(params.temperature))
+            if params.top_k > 0:
+                procs.append(TopKLogitsWarper(params.top_k))
+            if params.top_p < 1.0:
+                procs.append(TopPLogitsWarper(params.top_p))
+        procs.append(_Record("processed"))
+        # The warpers above are the whole distribution: HF's own defaults (top-k 50) must not add theirs.
+        config = GenerationConfig(max_new_tokens=params.max_new_tokens, do_sample=sampling, pad_token_id=pad_id,
+                                  eos_token_id=eos, **({"temperature": 1.0, "top_p": 1.0, "top_k": 0} if sampling else {}))
+        # HF fills a passed config's unset values from the model's generation_config: swap in one with none.
+        swap = GenerationConfig(pad_token_id=pad_id, eos_token_id=eos)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     saved = base.generation_config
-    base.generation_config = GenerationConfig(pad_token_id=pad_id, eos_token_id=eos)
+    if swap is not None:
+        base.generation_config = swap
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=neutral,
+            model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config,
                            logits_processor=LogitsProcessorList(procs), stopping_criteria=StoppingCriteriaList([rows]),
                            streamer=rows)
     finally:

@@ -82,3 +82,39 @@ def test_stop_strings_seed_streaming_and_cancel(backend):
 
     (short,) = backend.sample([prompt], params, on_token=stop_after_three, cancel=cancel)
     assert short.finish_reason == "abort" and len(short.token_ids) == 3
+
+
+def test_processed_logprobs_are_what_the_trainer_scores(backend):
+    """logprobs_mode="processed" (gagar serve --logprobs-mode processed_logprobs, as vLLM's): the log-prob under
+    the distribution sampled from — the trainer's own warper (`trainer.policy.warp_logits`) on a forward pass."""
+    from trainer.policy import warp_logits
+
+    prompt = _prompt(backend)
+    (s,) = backend.sample([prompt], SamplingParams(8, temperature=0.7, top_p=0.9, logprobs=0, seed=4,
+                                                   logprobs_mode="processed"))
+    with torch.no_grad():
+        logits = backend.model(torch.tensor([prompt + s.token_ids])).logits[0].float()
+    want = torch.log_softmax(warp_logits(logits, 0.7, 0.9), -1)
+    for k, tid in enumerate(s.token_ids):
+        assert s.logprobs[k] == pytest.approx(float(want[len(prompt) - 1 + k, tid]), abs=1e-4)
+
+
+def test_a_row_ends_where_its_sampling_ended_when_pad_is_eos(backend):
+    """Qwen-style tokenizers pad with an eos id: a row that stopped on a stop string while the other rows ran on
+    is padded with eos, and none of that padding may read as a sampled token (nor change the other rows)."""
+    saved = backend.pad_id
+    backend.pad_id = min(backend.eos_ids)
+    try:
+        prompts = [_prompt(backend, "x = 1"), _prompt(backend, "import os, sys")]
+        for seed in range(100):
+            free = backend.sample(prompts, SamplingParams(16, temperature=1.0, seed=seed))
+            if all(s.finish_reason == "length" for s in free):
+                break
+        text = free[0].text
+        stop = next(text[i:i + 2] for i in range(2, len(text) - 2) if text.find(text[i:i + 2]) == i)
+        cut = backend.sample(prompts, SamplingParams(16, temperature=1.0, seed=seed, stop=[stop]))
+    finally:
+        backend.pad_id = saved
+    assert cut[0].finish_reason == "stop" and cut[0].token_ids == free[0].token_ids[: len(cut[0].token_ids)]
+    assert not set(cut[0].token_ids) & backend.eos_ids and len(cut[0].token_ids) < 16
+    assert cut[1].token_ids == free[1].token_ids  # the other row sampled on, untouched
