@@ -20,7 +20,7 @@ class Sample:
     finish_reason: str  # "stop" (eos or a stop string) | "length"
     # The sampled tokens' log-probs as the engine reports them (None: not asked for, or not given). From
     # `TransformersBackend.sample` with SamplingParams.logprobs: under the model's raw distribution, or with
-    # logprobs_mode="processed" under the one sampled from (after temperature and top-p, as vLLM's
+    # logprobs_mode="processed" under the one sampled from (after temperature, top-k, top-p: vLLM's
     # processed_logprobs); plus the `logprobs` most likely (token id, log-probability) of each step.
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None

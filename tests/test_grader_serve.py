@@ -280,3 +280,42 @@ def test_a_peft_adapter_on_top_of_the_base_is_what_is_served(tiny_model, tmp_pat
     want = [float(with_lora[len(prompt) - 1 + k, t]) for k, t in enumerate(ids)]
     assert got.logprobs.token_logprobs == pytest.approx(want, abs=1e-4)
     assert max(abs(float(base[len(prompt) - 1 + k, t]) - w) for k, (t, w) in enumerate(zip(ids, want, strict=True))) > 1e-3
+
+
+def test_logprobs_mode_processed_reports_the_distribution_sampled_from(tiny_model):
+    """`--logprobs-mode processed_logprobs`: a token's log-prob is under the warped distribution (temperature, then
+    top-p) it was sampled from — the trainer's `warp_logits` on a forward pass — and not the raw one the default
+    mode reports (`test_a_peft_adapter_...` checks the raw one against a forward pass)."""
+    import threading
+
+    import torch
+
+    from grader.serve import make_server
+    from inference.hf import TransformersBackend
+    from trainer.policy import warp_logits
+
+    backend = TransformersBackend(str(tiny_model), device="cpu")
+    srv = make_server(backend, port=0, logprobs_mode="processed")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="-", max_retries=0)
+        prompt = [11, 12, 13, 14]
+        got = client.completions.create(model="judge", prompt=prompt, max_tokens=6, temperature=0.7, top_p=0.9,
+                                        seed=3, logprobs=2, extra_body={"return_token_ids": True}).choices[0]
+    finally:
+        srv.shutdown()
+    ids = got.model_extra["token_ids"]
+    with torch.no_grad():
+        logits = backend.model(torch.tensor([prompt + ids])).logits[0].float()
+    at = [len(prompt) - 1 + k for k in range(len(ids))]
+    processed = [float(torch.log_softmax(warp_logits(logits, 0.7, 0.9), -1)[i, t]) for i, t in zip(at, ids, strict=True)]
+    raw = [float(torch.log_softmax(logits, -1)[i, t]) for i, t in zip(at, ids, strict=True)]
+    assert got.logprobs.token_logprobs == pytest.approx(processed, abs=1e-4)
+    assert max(abs(p - r) for p, r in zip(processed, raw, strict=True)) > 1e-3
+
+
+def test_serve_refuses_an_unknown_logprobs_mode():
+    proc = subprocess.run([sys.executable, "-m", "gagar.cli", "serve", "--model", "m", "--logprobs-mode", "final"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 2 and "--logprobs-mode" in proc.stderr and "processed_logprobs" in proc.stderr
