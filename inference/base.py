@@ -21,7 +21,9 @@ class Sample:
     # The sampled tokens' log-probs as the engine reports them (None: not asked for, or not given). From
     # `TransformersBackend.sample` with SamplingParams.logprobs: under the model's raw distribution, or with
     # logprobs_mode="processed" under the one sampled from (after temperature, top-k, top-p: vLLM's
-    # processed_logprobs); plus the `logprobs` most likely (token id, log-probability) of each step.
+    # processed_logprobs); plus the `logprobs` most likely (token id, log-probability) of each step. The trainer
+    # reads a rollout's as log π_sampler (truncated importance sampling): the sampling distribution's, so a server
+    # feeding it runs in processed mode (vLLM, gagar serve: --logprobs-mode processed_logprobs).
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
     stop_reason: str | int | None = None  # the stop string matched, or the eos id; None at the length limit

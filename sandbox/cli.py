@@ -178,7 +178,8 @@ def eval_main(argv: list[str]) -> int:
         return _err(prog, f"{args.instances}: no instances")
     from sandbox.env.spec import apply_specs
 
-    apply_specs(instances, env_specs)  # the spec travels with the instance (to Ray workers too)
+    for n in apply_specs(instances, env_specs):  # spec and SWE-bench test command travel with the instance
+        print(f"{prog}: warning: {n}", file=sys.stderr)
     if not predictions:
         return _err(prog, f"{args.predictions}: no predictions to evaluate")
     try:  # after the specs: a spec may give the test_cmd

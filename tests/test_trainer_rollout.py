@@ -79,9 +79,10 @@ def test_openai_backend_sends_token_prompts_and_pushes_lora(server, tmp_path):
     [s1, s2] = be.generate([[1, 2, 3], [4]], max_new_tokens=16, temperature=0.7)
     sent = sorted(c[1]["prompt"] for c in calls)
     assert sent == [[1, 2, 3], [4]] and all(c[1]["model"] == "base-model" for c in calls)
-    # The sampled ids as the server returned them (not a re-encoding of the text); a server that leaves out
-    # the eos it sampled gets it restored, so the policy learns to stop.
-    assert s1.token_ids == [ord(c) + 1000 for c in "xyz"] + [99] and s1.finish_reason == "stop"
+    # The sampled ids as the server returned them (not a re-encoding of the text), and nothing else: an eos the
+    # server does not list was never shown to be sampled, so it is not trained on (it used to be appended)
+    assert s1.token_ids == [ord(c) + 1000 for c in "xyz"] and s1.finish_reason == "stop"
+    assert s1.logprobs == [-1.0] * 3  # the sampler's own log-probs come back with the tokens (for TIS)
     [s3] = be.generate([[5]], max_new_tokens=8, temperature=1.0, stop=["</tool_call>"])
     assert s3.text.endswith("</tool_call>") and s3.token_ids[-1] != 99
     be.sync_weights(_Adapter(), step=3)
@@ -92,6 +93,15 @@ def test_openai_backend_sends_token_prompts_and_pushes_lora(server, tmp_path):
     assert calls[-1][1]["model"] == "gagar-step-3"
     be.sync_weights(_Adapter(), step=4)  # the previous adapter is unloaded after the new one is in
     assert [c[0] for c in calls[-2:]] == ["/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
+
+
+def test_sampler_logprobs_only_when_complete():
+    from trainer.rollout.openai_server import sampled_logprobs
+
+    assert sampled_logprobs({"logprobs": {"token_logprobs": [-0.5, -1]}}, 2) == [-0.5, -1.0]
+    assert sampled_logprobs({"logprobs": {"token_logprobs": [None, None]}}, 2) is None  # gagar serve
+    assert sampled_logprobs({"logprobs": {"token_logprobs": [-0.5]}}, 2) is None
+    assert sampled_logprobs({}, 0) is None
 
 
 def test_openai_backend_reports_an_unreachable_server(tmp_path):

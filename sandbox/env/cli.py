@@ -48,7 +48,8 @@ def _require_runnable(insts: list, specs: dict | None, prog: str) -> None:
     from sandbox.env.spec import apply_specs
     from sandbox.inputs import InputError, require_runnable
 
-    apply_specs({i.instance_id: i for i in insts}, specs)
+    for n in apply_specs({i.instance_id: i for i in insts}, specs):
+        print(f"{prog}: warning: {n}", file=sys.stderr)
     try:
         require_runnable(insts)
     except InputError as exc:

@@ -127,7 +127,8 @@ def main(argv: list[str]) -> int:
         return _err(prog, f"{args.instances}: no instances")
     from sandbox.env.spec import apply_specs
 
-    apply_specs(instances, specs)
+    for n in apply_specs(instances, specs):
+        print(f"{prog}: warning: {n}", file=sys.stderr)
     if args.image and (missing := image_missing(args.image, override=True)):
         return _err(prog, missing)
     try:
