@@ -18,13 +18,16 @@ class InputError(ValueError):
     """An input file that cannot be used at all (missing, unreadable, wrong shape, an instance that cannot run)."""
 
 
-def check_runnable(instances: Mapping[str, Instance] | Iterable[Instance], *,
-                   test_cmd: bool = True) -> dict[str, list[str]]:
+def check_runnable(instances: Mapping[str, Instance] | Iterable[Instance], *, test_cmd: bool = True,
+                   fail_to_pass: bool = True) -> dict[str, list[str]]:
     """What keeps each instance from an honest verdict, by instance id (only those with a problem).
 
     - no FAIL_TO_PASS (missing or empty): with nothing that must go from failing to passing, any patch that
       keeps PASS_TO_PASS green would resolve — a silent reward for doing nothing;
     - no test_cmd: there is nothing to run (`test_cmd=False` skips this check).
+
+    `fail_to_pass=False` is for runs that derive the lists (base vs fix: bench/hackset, bench/swebench_rows), which
+    read the test statuses and never the verdict.
 
     Call it after environment specs are applied (`sandbox.env.spec.apply_specs`): a spec may supply the
     test_cmd. The CLIs (`gagar eval`, `gagar validate`, `gagar image build --instances`) and the trainer's task
@@ -33,7 +36,7 @@ def check_runnable(instances: Mapping[str, Instance] | Iterable[Instance], *,
     out: dict[str, list[str]] = {}
     for inst in items:
         problems = []
-        if not inst.FAIL_TO_PASS:
+        if fail_to_pass and not inst.FAIL_TO_PASS:
             problems.append("FAIL_TO_PASS is missing or empty (with no test that must start passing, any patch "
                             "that keeps PASS_TO_PASS green would resolve)")
         if test_cmd and not (inst.test_cmd or "").strip():
@@ -45,9 +48,9 @@ def check_runnable(instances: Mapping[str, Instance] | Iterable[Instance], *,
 
 
 def require_runnable(instances: Mapping[str, Instance] | Iterable[Instance], source: str | Path | None = None, *,
-                     test_cmd: bool = True) -> None:
+                     test_cmd: bool = True, fail_to_pass: bool = True) -> None:
     """`check_runnable`, raising an `InputError` that names every instance and field at fault."""
-    problems = check_runnable(instances, test_cmd=test_cmd)
+    problems = check_runnable(instances, test_cmd=test_cmd, fail_to_pass=fail_to_pass)
     if not problems:
         return
     lines = [f"  {iid}: {p}" for iid, ps in list(problems.items())[:20] for p in ps]

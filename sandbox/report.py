@@ -155,7 +155,7 @@ class RunStart:
 
 
 def start_run(instances: Any, predictions: list[Prediction], *, image: str | None, run_dir: Path | None,
-              redo: bool, say: Any = print) -> RunStart:
+              redo: bool, say: Any = print, fail_to_pass: bool = True) -> RunStart:
     """The common start of every executor's run: refuse instances that cannot give an honest verdict, key each
     prediction by what decides its verdict, and take over the finished results a re-run may keep (saying how
     many it keeps and redoes)."""
@@ -164,7 +164,8 @@ def start_run(instances: Any, predictions: list[Prediction], *, image: str | Non
     known = [p for p in predictions if p.instance_id in instances]
     unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
     # A missing test_cmd stays a per-prediction infra_error here: the run's env specs may still supply one.
-    require_runnable({p.instance_id: instances[p.instance_id] for p in known}, test_cmd=False)
+    require_runnable({p.instance_id: instances[p.instance_id] for p in known}, test_cmd=False,
+                     fail_to_pass=fail_to_pass)
     vkeys = {(p.instance_id, p.rollout_id): verdict_key(instances[p.instance_id], p.model_patch, image) for p in known}
     writer = ResultWriter(run_dir / "results.jsonl") if run_dir is not None else None
     done: dict[tuple[str, str], EvalResult] = {}

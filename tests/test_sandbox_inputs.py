@@ -57,6 +57,9 @@ def test_check_runnable_names_each_instance_and_problem(task: CalcTask) -> None:
     got = check_runnable([Instance.from_dict(r) for r in rows])
     assert sorted(got) == ["acme__calc-2", "acme__calc-3", "acme__calc-4"]
     assert check_runnable([Instance.from_dict(rows[3])], test_cmd=False) == {}
+    # a run that derives the lists (bench/hackset, bench/swebench_rows: base vs fix) needs no FAIL_TO_PASS yet
+    assert check_runnable([Instance.from_dict(r) for r in rows[1:3]], fail_to_pass=False) == {}
+    assert sorted(check_runnable([Instance.from_dict(r) for r in rows], fail_to_pass=False)) == ["acme__calc-4"]
 
 
 def test_the_python_api_refuses_an_instance_without_fail_to_pass(task: CalcTask) -> None:
