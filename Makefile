@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -c requirements.lock -e ".[dev,ray]"
-	$(PY) -m pip install -q -c requirements.lock packaging ray tensordict omegaconf codetiming orjson torchdata cachetools fastapi uvicorn hydra-core && $(PY) -m pip install -q --no-deps -c requirements.lock verl==0.9.1
+	$(PY) -m pip install -q -c requirements.lock packaging ray tensordict omegaconf codetiming orjson torchdata cachetools hydra-core && $(PY) -m pip install -q --no-deps -c requirements.lock verl==0.9.1
 	touch $@
 
 docker:

@@ -18,9 +18,33 @@ class Sample:
     token_ids: list[int]  # the completion only, as sampled (eos included when the model emitted it)
     text: str
     finish_reason: str  # "stop" (eos or a stop string) | "length"
-    # log π_sampler(token) of each sampled token, under the distribution it was drawn from, when the engine
-    # reports it (vLLM, an OpenAI-compatible server); the trainer corrects sampler-vs-trainer mismatch with it
+    # The sampled tokens' log-probs as the engine reports them (None: not asked for, or not given). From
+    # `TransformersBackend.sample` with SamplingParams.logprobs: under the model's raw distribution, or with
+    # logprobs_mode="processed" under the one sampled from (after temperature, top-k, top-p: vLLM's
+    # processed_logprobs); plus the `logprobs` most likely (token id, log-probability) of each step. The trainer
+    # reads a rollout's as log π_sampler (truncated importance sampling): the sampling distribution's, so a server
+    # feeding it runs in processed mode (vLLM, gagar serve: --logprobs-mode processed_logprobs).
     logprobs: list[float] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    stop_reason: str | int | None = None  # the stop string matched, or the eos id; None at the length limit
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one completion per prompt (`TransformersBackend.sample`)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    stop: list[str] | None = None  # a row stops after the token that completes one (kept in `text`)
+    logprobs: int | None = None  # None: none; k >= 0: the sampled token's, plus the k most likely
+    seed: int | None = None  # the same seed, prompts and parameters give the same samples
+    skip_special_tokens: bool = True  # for `text`
+    logprobs_mode: str = "raw"  # raw: the model's distribution | processed: after temperature, top-k, top-p
+    # False: exactly the distribution above, whatever the checkpoint's generation_config says (the policy, the
+    # server). True: the checkpoint's own decoding defaults fill what is not set here (the judge's chat replies).
+    model_defaults: bool = False
 
 
 @runtime_checkable

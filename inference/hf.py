@@ -10,26 +10,12 @@ by it (`grader.grammar`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-from inference.base import BackendError, Messages, Sample
-
-
-@contextlib.contextmanager
-def _only(model: Any, config: Any) -> Iterator[None]:
-    """While open, the model's own `generation_config` (which `generate` reads for every field a call leaves
-    unset) is `config`: none of the checkpoint's sampling defaults can reach the sampler."""
-    core = model.get_base_model() if hasattr(model, "get_base_model") else model
-    saved = core.generation_config
-    core.generation_config = config
-    try:
-        yield
-    finally:
-        core.generation_config = saved
+from inference.base import BackendError, Messages, Sample, SamplingParams
+from inference.hf_sampling import OnToken
 
 
 class TransformersBackend:
@@ -79,7 +65,7 @@ class TransformersBackend:
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0)
         self._lock = threading.Lock()  # one generate at a time: `gagar serve` is threaded
 
-    # ── tokens (the policy) ──────────────────────────────────────────────────────────────────────────────
+    # ── tokens (the policy, `gagar serve`) ─────────────────────────────────────────────────────────────
     def generate(
         self,
         prompts: list[list[int]],
@@ -89,114 +75,44 @@ class TransformersBackend:
         top_p: float = 1.0,
         stop: list[str] | None = None,
     ) -> list[Sample]:
-        """One completion per prompt (the policy's samples: exactly temperature and top-p, see
-        `generation_config`); prompts are batched by similar length (less padding), order kept."""
-        return self._generate(prompts, max_new_tokens, temperature, top_p, stop, exact=True)
+        """One completion per prompt (the policy's rollouts, the judge's turns)."""
+        return self.sample(prompts, SamplingParams(max_new_tokens, temperature, top_p, stop=stop))
 
-    def _generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
-                  stop: list[str] | None, exact: bool) -> list[Sample]:
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        out: list[Sample | None] = [None] * len(prompts)
-        for i in range(0, len(order), self.batch_size):
-            rows = order[i : i + self.batch_size]
-            got = self._batch([prompts[r] for r in rows], max_new_tokens, temperature, top_p, stop, exact)
-            for r, s in zip(rows, got, strict=True):
-                out[r] = s
-        return [s for s in out if s is not None]
-
-    def _batch(
-        self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float, stop: list[str] | None,
-        exact: bool,
+    def sample(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        *,
+        on_token: OnToken | None = None,
+        cancel: threading.Event | None = None,
     ) -> list[Sample]:
+        """One completion per prompt under `params`; prompts are batched by similar length (less padding),
+        order kept. `on_token(i, state)` sees every sampled token of prompt i as it comes (streaming); setting
+        `cancel` ends the generation early. One call at a time (`gagar serve` is threaded), seeded inside the
+        lock, so a seed gives the same samples whatever else the server is doing."""
         import torch
 
-        model = self.model
-        device = next(model.parameters()).device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, p in enumerate(prompts):
-            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[r, width - len(p) :] = 1
-        kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
-        if exact:  # the policy: the sampler's distribution must be the trainer's
-            kwargs["generation_config"] = self.generation_config(max_new_tokens, temperature, top_p)
-            defaults = _only(model, kwargs["generation_config"])
-        else:  # the judge's chat replies keep the checkpoint's own decoding defaults
-            kwargs.update(max_new_tokens=max_new_tokens, pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids))
-            kwargs.update(dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0
-                          else dict(do_sample=False))
-            defaults = contextlib.nullcontext()
-        if stop:
-            kwargs.update(stop_strings=stop, tokenizer=self.tokenizer)
-        with self._lock, torch.no_grad(), defaults:
-            was_training = model.training
-            model.eval()
-            try:
-                gen = model.generate(**kwargs)
-            finally:
-                model.train(was_training)
-        return [self._sample(row, stop) for row in gen[:, width:].tolist()]
+        from inference.hf_sampling import generate_rows
 
-    def generation_config(self, max_new_tokens: int, temperature: float, top_p: float) -> Any:
-        """The complete sampling configuration: temperature and top-p and nothing else. transformers fills every
-        field left unset from the model's own `generation_config` (repetition_penalty, no_repeat_ngram_size,
-        min_length, top_k, suppress_tokens, ...), which the trainer's log-prob warper (`trainer.policy.warp_logits`:
-        temperature, then the nucleus) does not apply; `generate` is therefore run with this config in the model's
-        place too (`_only`), so the logits processors are exactly the warper's."""
-        from transformers import GenerationConfig
-
-        sample = temperature > 0
-        return GenerationConfig(
-            max_new_tokens=max_new_tokens, min_new_tokens=None, min_length=0, do_sample=sample, num_beams=1,
-            temperature=temperature if sample else 1.0, top_p=top_p if sample else 1.0, top_k=0, typical_p=1.0,
-            min_p=None, epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0, encoder_repetition_penalty=1.0,
-            no_repeat_ngram_size=0, encoder_no_repeat_ngram_size=0, length_penalty=1.0, diversity_penalty=0.0,
-            bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None, sequence_bias=None,
-            forced_bos_token_id=None, forced_eos_token_id=None, exponential_decay_length_penalty=None,
-            guidance_scale=None, renormalize_logits=False, remove_invalid_values=False,
-            pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), num_return_sequences=1,
-        )
-
-    def _sample(self, row: list[int], stop: list[str] | None) -> Sample:
-        """A row of `generate`'s output → the tokens the model sampled. A row ends at its first eos (sampled:
-        kept), or at the token that completed a stop string, or at max_new_tokens; everything after is padding,
-        whatever its id — for Qwen tokenizers the pad token *is* an eos id, and keeping one would train on a
-        token the policy never sampled (and a sampled pad token inside a row is kept)."""
-        end, finish = len(row), "length"
-        for i, t in enumerate(row):
-            if t in self.eos_ids:
-                end, finish = i + 1, "stop"
-                break
-        if stop:
-            cut = self._stop_end(row[:end], stop)
-            if cut is not None and cut < end or (cut == end and finish == "length"):
-                end, finish = cut, "stop"
-        toks = row[:end]  # a row that ran to max_new_tokens holds no padding: every token was sampled
-        text = self.tokenizer.decode(toks, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        return Sample(token_ids=toks, text=text, finish_reason=finish)
-
-    def _stop_end(self, toks: list[int], stop: list[str]) -> int | None:
-        """The length of the shortest prefix of `toks` whose text contains a stop string (None: none does);
-        binary search, since a longer prefix's text extends a shorter one's."""
-
-        def hit(n: int) -> bool:
-            text = self.tokenizer.decode(toks[:n], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            return any(s in text for s in stop)
-
-        if not toks or not hit(len(toks)):
-            return None
-        lo, hi = 1, len(toks)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if hit(mid) else (mid + 1, hi)
-        return lo
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Sample | None] = [None] * len(prompts)
+        with self._lock:
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            for i in range(0, len(order), self.batch_size):
+                rows = order[i : i + self.batch_size]
+                got = generate_rows(self.model, self.tokenizer, [prompts[r] for r in rows], params, pad_id=self.pad_id,
+                                    eos_ids=self.eos_ids, index=rows, on_token=on_token, cancel=cancel)
+                for r, smp in zip(rows, got, strict=True):
+                    out[r] = smp
+        return [smp for smp in out if smp is not None]
 
     def sync_weights(self, model: Any, step: int) -> None:
         self.model = model  # same object as the trainer's: nothing to copy
 
     # ── chat (the judge, `gagar serve`) ─────────────────────────────────────────────────────────────────
-    def _encode(self, messages: Messages) -> list[int]:
+    def encode_chat(self, messages: Messages) -> list[int]:
+        """The conversation's prompt ids under the chat template, ready for the assistant's reply."""
         try:
             enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)
         except Exception as exc:  # templates raise on roles or shapes they do not support
@@ -218,7 +134,7 @@ class TransformersBackend:
         new_tokens = max_new_tokens
         for i, msgs in enumerate(conversations):
             try:
-                ids = self._encode(msgs)
+                ids = self.encode_chat(msgs)
                 if self.max_positions and len(ids) + 16 > self.max_positions:
                     raise BackendError(f"conversation of {len(ids)} tokens exceeds the model's {self.max_positions}")
             except BackendError as exc:
@@ -229,7 +145,9 @@ class TransformersBackend:
             if self.max_positions:
                 new_tokens = min(new_tokens, self.max_positions - len(ids))
         if todo:
-            samples = self._generate([ids for _, ids in todo], new_tokens, temperature, 1.0, None, exact=False)
+            # the judge's replies keep the checkpoint's own decoding defaults for what is not set here
+            samples = self.sample([ids for _, ids in todo],
+                                  SamplingParams(new_tokens, temperature, model_defaults=True))
             for (i, ids), s in zip(todo, samples, strict=True):
                 out[i] = (s.text, len(ids), len(s.token_ids))
         return out

@@ -1,21 +1,52 @@
-"""Chat completions over any OpenAI-compatible server (`vllm serve --enable-lora`, `gagar serve`, hosted APIs).
-
-Stdlib HTTP only. `chat_batch` sends the conversations concurrently: the server (vLLM) batches them on its side.
+"""Any OpenAI-compatible server (`vllm serve --enable-lora`, `gagar serve`, hosted APIs) through the official
+`openai` client — its connection handling, timeouts and retries (connection errors, 408/409/429/5xx, with
+backoff) — made in one place, `make_client`, for the judge's chat backend here and the policy's token-id
+backend (`trainer.rollout.openai_server`). `chat_batch` sends the conversations concurrently: the server
+(vLLM) batches them on its side.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from inference.base import BackendError, Messages
 
 
+def api_url(base_url: str) -> str:
+    """`http://host:8000` or `…/v1` → `…/v1`."""
+    url = base_url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def make_client(base_url: str, *, api_key: str | None = None, timeout: float = 300.0, max_retries: int = 2) -> Any:
+    """The `openai.OpenAI` client for `base_url`. A local server needs no key: `OPENAI_API_KEY` when set,
+    else a placeholder (the client insists on one)."""
+    import openai
+
+    key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+    return openai.OpenAI(base_url=api_url(base_url), api_key=key or "EMPTY", timeout=timeout,
+                         max_retries=max_retries)
+
+
+def describe_error(exc: Exception, url: str) -> str:
+    """An `openai` client error in words: the HTTP status and the server's message, or why it was unreachable."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        body = exc.body
+        detail = (body.get("message") if isinstance(body, dict) else None) or exc.response.text[:500]
+        return f"{url}: HTTP {exc.status_code}: {detail}"
+    if isinstance(exc, openai.APITimeoutError):
+        return f"{url}: no answer within the timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot reach {url}: {exc.__cause__ or exc}"
+    return f"{url}: {type(exc).__name__}: {exc}"
+
+
 class OpenAIBackend:
-    """POST /v1/chat/completions; `tool_role="user"` sends tool results as user turns for strict servers."""
+    """Chat completions; `tool_role="user"` sends tool results as user turns for strict servers."""
 
     def __init__(
         self,
@@ -26,15 +57,12 @@ class OpenAIBackend:
         timeout: float = 300.0,
         tool_role: str = "tool",
         concurrency: int = 16,
+        max_retries: int = 2,
     ) -> None:
-        url = base_url.rstrip("/")
-        if not url.endswith("/v1"):
-            url += "/v1"
-        self.base_url = url
+        self.client = make_client(base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+        self.base_url = api_url(base_url)
         self.model = model
         self.name = model
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.timeout = timeout
         # Some servers reject role "tool" without a tool_call_id: `tool_role="user"` sends results as user turns.
         self.tool_role = tool_role
         self.concurrency = max(1, concurrency)
@@ -49,33 +77,16 @@ class OpenAIBackend:
         return out
 
     def chat(self, messages: Messages, *, max_new_tokens: int = 512, temperature: float = 0.0) -> str:
-        body = {
-            "model": self.model,
-            "messages": self._messages(messages),
-            "max_tokens": max_new_tokens,
-            "temperature": temperature,
-        }
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(
-            f"{self.base_url}/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
-        )
+        import openai
+
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                data = json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:500]
-            raise BackendError(f"{self.base_url}: HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise BackendError(f"{self.base_url}: {getattr(exc, 'reason', exc)}") from exc
-        except json.JSONDecodeError as exc:
-            raise BackendError(f"{self.base_url}: the reply is not JSON") from exc
-        try:
-            content = data["choices"][0]["message"].get("content")
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise BackendError(f"{self.base_url}: unexpected reply shape: {str(data)[:300]}") from exc
-        return content or ""
+            reply = self.client.chat.completions.create(model=self.model, messages=self._messages(messages),
+                                                        max_tokens=max_new_tokens, temperature=temperature)
+        except openai.OpenAIError as exc:
+            raise BackendError(describe_error(exc, self.base_url)) from exc
+        if not reply.choices:
+            raise BackendError(f"{self.base_url}: a reply without choices")
+        return reply.choices[0].message.content or ""
 
     def chat_batch(
         self, conversations: list[Messages], *, max_new_tokens: int = 512, temperature: float = 0.0

@@ -77,7 +77,7 @@ def image_main(argv: list[str]) -> int:
 
 
 # The input loaders live in sandbox.inputs (the trainer, SFT data and the verl recipe use them too).
-from sandbox.inputs import InputError, load_instances, load_predictions  # noqa: E402,F401
+from sandbox.inputs import InputError, load_instances, load_predictions, require_runnable  # noqa: E402,F401
 
 
 # -------------------------------------------------------------------------------------------------- eval
@@ -151,6 +151,12 @@ def eval_main(argv: list[str]) -> int:
         missing = runtime_missing(args.runtime)
         if missing:
             return _err(prog, missing)
+    if args.image and args.executor == "local":  # on Ray the image lives on the nodes: each checks its own
+        from sandbox.run import image_missing
+
+        missing = image_missing(args.image, override=True)
+        if missing:
+            return _err(prog, missing)
     run_dir = args.report_dir / args.run_id
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -176,6 +182,11 @@ def eval_main(argv: list[str]) -> int:
         print(f"{prog}: warning: {n}", file=sys.stderr)
     if not predictions:
         return _err(prog, f"{args.predictions}: no predictions to evaluate")
+    try:  # after the specs: a spec may give the test_cmd
+        require_runnable({pr.instance_id: instances[pr.instance_id] for pr in predictions
+                          if pr.instance_id in instances}, args.instances)
+    except InputError as exc:
+        return _err(prog, str(exc))
     unknown = sorted({pr.instance_id for pr in predictions if pr.instance_id not in instances})
     if unknown:
         print(f"{prog}: warning: {len(unknown)} prediction instance id(s) not in {args.instances}, not evaluated: "

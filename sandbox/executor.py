@@ -281,22 +281,21 @@ def _drive(ray: Any, workers: list[tuple], forget, instances: Mapping[str, Insta
            config: SandboxConfig, *, run_dir: Path | str | None = None, redo: bool = False, progress: bool = False,
            extra_report: dict | None = None) -> list[EvalResult]:
     """The driver side of a Ray run: resume, place whole groups on workers, record what streams back."""
-    from sandbox.report import ResultWriter, atomic_write_text, build_report, resume_done
-    from sandbox.run import _config_dict, _json, _Progress, _signals_raise
+    from sandbox.report import atomic_write_text, build_report, start_run
+    from sandbox.run import _config_dict, _json, _Progress, _say, _signals_raise
 
     t_start = time.monotonic()
     run_dir = Path(run_dir).resolve() if run_dir is not None else None
-    known = [p for p in predictions if p.instance_id in instances]
-    unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
-    keys = [(p.instance_id, p.rollout_id) for p in known]
-    writer = ResultWriter(run_dir / "results.jsonl") if run_dir else None
-    done = resume_done(writer, keys, redo=redo) if writer is not None else {}
+    start = start_run(instances, predictions, image=config.image, run_dir=run_dir, redo=redo, say=_say)
+    known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
+                                                 start.writer, start.done)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
     results: dict[tuple[str, str], EvalResult] = dict(done)
     bar = _Progress(len(keys), sum(r.resolved for k, r in done.items() if k in set(keys)),
                     len([k for k in keys if k in done]), enabled=progress)
 
     def record(r: EvalResult) -> None:
+        r.verdict_key = vkeys.get(r.key)
         results[r.key] = r
         if writer is not None:
             writer.write(r)

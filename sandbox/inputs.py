@@ -7,6 +7,7 @@ project's one JSONL reader (`sandbox.jsonl`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from sandbox.jsonl import JsonlError, parse_lines, read_text
@@ -14,7 +15,49 @@ from sandbox.records import Instance, Prediction
 
 
 class InputError(ValueError):
-    """An input file that cannot be used at all (missing, unreadable, wrong shape)."""
+    """An input file that cannot be used at all (missing, unreadable, wrong shape, an instance that cannot run)."""
+
+
+def check_runnable(instances: Mapping[str, Instance] | Iterable[Instance], *, test_cmd: bool = True,
+                   fail_to_pass: bool = True) -> dict[str, list[str]]:
+    """What keeps each instance from an honest verdict, by instance id (only those with a problem).
+
+    - no FAIL_TO_PASS (missing or empty): with nothing that must go from failing to passing, any patch that
+      keeps PASS_TO_PASS green would resolve — a silent reward for doing nothing;
+    - no test_cmd: there is nothing to run (`test_cmd=False` skips this check).
+
+    `fail_to_pass=False` is for runs that derive the lists (base vs fix: bench/hackset, bench/swebench_rows), which
+    read the test statuses and never the verdict.
+
+    Call it after environment specs are applied (`sandbox.env.spec.apply_specs`): a spec may supply the
+    test_cmd. The CLIs (`gagar eval`, `gagar validate`, `gagar image build --instances`) and the trainer's task
+    loader refuse such instances before anything runs (`require_runnable`)."""
+    items = instances.values() if isinstance(instances, Mapping) else instances
+    out: dict[str, list[str]] = {}
+    for inst in items:
+        problems = []
+        if fail_to_pass and not inst.FAIL_TO_PASS:
+            problems.append("FAIL_TO_PASS is missing or empty (with no test that must start passing, any patch "
+                            "that keeps PASS_TO_PASS green would resolve)")
+        if test_cmd and not (inst.test_cmd or "").strip():
+            problems.append("test_cmd is missing (set it on the instance, or pass --env-specs with a spec that "
+                            "gives one)")
+        if problems:
+            out[inst.instance_id] = problems
+    return out
+
+
+def require_runnable(instances: Mapping[str, Instance] | Iterable[Instance], source: str | Path | None = None, *,
+                     test_cmd: bool = True, fail_to_pass: bool = True) -> None:
+    """`check_runnable`, raising an `InputError` that names every instance and field at fault."""
+    problems = check_runnable(instances, test_cmd=test_cmd, fail_to_pass=fail_to_pass)
+    if not problems:
+        return
+    lines = [f"  {iid}: {p}" for iid, ps in list(problems.items())[:20] for p in ps]
+    more = f"\n  … and {len(problems) - 20} more instance(s)" if len(problems) > 20 else ""
+    where = f" in {source}" if source else ""
+    raise InputError(f"{len(problems)} instance(s){where} cannot be evaluated; nothing was run:\n"
+                     + "\n".join(lines) + more)
 
 
 def _whole_json(text: str, bad_utf8: bool, path: Path, what: str, notes: list[str]) -> list[tuple[int, dict]] | None:

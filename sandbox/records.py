@@ -133,6 +133,9 @@ class EvalResult:
     error: str | None = None
     apply_method: str | None = None
     log_path: str | None = None
+    # sha256 of the patch and the instance fields that decide the verdict (`sandbox.report.verdict_key`): a
+    # re-run reuses a finished line only when its key still matches.
+    verdict_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

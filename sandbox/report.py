@@ -1,12 +1,14 @@
 """Run files: `results.jsonl` (one line per prediction, appended atomically), `report.json` (the summary).
 
 A result line is written with one `write` of a complete line, then flushed and fsynced, so a crash leaves
-at most a truncated last line; reading tolerates (and the writer trims) such a line, and resume skips every
-(instance_id, rollout_id) already there.
+at most a truncated last line; reading tolerates (and the writer trims) such a line. Each line carries the
+`verdict_key` of what it judged (the patch and the instance fields that decide the verdict); a re-run skips a
+finished (instance_id, rollout_id) only when that key still matches, and redoes it otherwise.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,10 +16,11 @@ import sys
 import tempfile
 import threading
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.records import STATUSES, EvalResult, Prediction
+from sandbox.records import STATUSES, EvalResult, Instance, Prediction
 from sandbox.workspace import remove_tree
 
 ERROR_STATUSES = ("patch_failed", "rejected", "timeout", "infra_error")
@@ -66,18 +69,112 @@ def read_results(path: Path, *, warn: bool = True) -> dict[tuple[str, str], Eval
     return out
 
 
-def resume_done(writer: ResultWriter, keys: list[tuple[str, str]], *, redo: bool) -> dict[tuple[str, str], EvalResult]:
-    """What a (re-)run may skip: the finished results already in `writer`'s file. `redo` drops `keys` first.
-    An infra_error says nothing about the patch (the engine died, a worker was lost, an image was missing):
-    it is dropped too, so the re-run retries it and replaces its line rather than adding a second one."""
+# What decides a verdict besides the patch: the repo state, the tests and how they run, the environment.
+VERDICT_FIELDS = ("repo", "base_commit", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS", "test_cmd", "test_framework",
+                  "image", "language", "version", "environment_setup_commit", "env")
+
+
+def verdict_key(instance: Instance, patch: str, image: str | None = None) -> str:
+    """sha256 of a prediction's patch, the instance fields that decide its verdict and the `--image` override.
+    Run limits (timeout, memory) are not in it: after changing them, `--redo` re-evaluates."""
+    blob = {"patch": patch or "", "image": image or None,
+            "instance": {k: getattr(instance, k) for k in VERDICT_FIELDS}}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Resume:
+    """What a (re-)run found in results.jsonl: the lines it may reuse and the ones it redoes, and why."""
+
+    done: dict[tuple[str, str], EvalResult] = field(default_factory=dict)
+    skipped: int = 0  # finished, same patch and instance: reused
+    changed: list[tuple[str, str]] = field(default_factory=list)  # finished, but the patch or instance changed
+    unkeyed: list[tuple[str, str]] = field(default_factory=list)  # finished, by a gagar that wrote no key
+    retried: int = 0  # infra_error: retried
+
+    def messages(self) -> list[str]:
+        def some(keys: list[tuple[str, str]]) -> str:
+            return ", ".join(f"{i}::{r}" for i, r in keys[:5]) + (" …" if len(keys) > 5 else "")
+
+        out = []
+        if self.skipped:
+            out.append(f"{self.skipped} prediction(s) already evaluated with the same patch and instance: their "
+                       "results are kept (--redo re-evaluates them)")
+        if self.changed:
+            out.append(f"{len(self.changed)} prediction(s) re-evaluated: their patch or instance changed since "
+                       f"results.jsonl was written ({some(self.changed)}); the old lines are replaced")
+        if self.unkeyed:
+            out.append(f"{len(self.unkeyed)} prediction(s) re-evaluated: their lines carry no verdict_key (written "
+                       f"by an older gagar), so they cannot be matched to the patch ({some(self.unkeyed)})")
+        if self.retried:
+            out.append(f"{self.retried} prediction(s) that ended in infra_error are retried")
+        return out
+
+
+def resume_done(writer: ResultWriter, keys: dict[tuple[str, str], str], *, redo: bool) -> Resume:
+    """What a (re-)run may skip: the finished results in `writer`'s file whose verdict key is still the one in
+    `keys` ((instance_id, rollout_id) → verdict_key). `redo` drops every one of `keys` first. A line whose key
+    differs (the same ids, another patch or instance) is dropped and redone, never reported: its verdict is
+    about something else. An infra_error says nothing about the patch (the engine died, a worker was lost, an
+    image was missing): it is dropped too, so the re-run retries it and replaces its line."""
     if redo:
         writer.drop(set(keys))
-    done = read_results(writer.path)
-    retry = {k for k in keys if k in done and done[k].status == "infra_error"}
-    if retry:
-        writer.drop(retry)
-        done = {k: r for k, r in done.items() if k not in retry}
-    return done
+    found = read_results(writer.path)
+    out = Resume()
+    drop = set()
+    for k, want in keys.items():
+        r = found.get(k)
+        if r is None:
+            continue
+        if r.status == "infra_error":
+            out.retried += 1
+        elif r.verdict_key is None:
+            out.unkeyed.append(k)
+        elif r.verdict_key != want:
+            out.changed.append(k)
+        else:
+            out.skipped += 1
+            continue
+        drop.add(k)
+    if drop:
+        writer.drop(drop)
+    out.done = {k: r for k, r in found.items() if k not in drop}
+    return out
+
+
+@dataclass
+class RunStart:
+    """Where a run stands before it evaluates anything (`start_run`)."""
+
+    known: list[Prediction]  # the predictions whose instance is known, in input order
+    unknown: list[str]  # instance ids predicted for that the instances do not have
+    keys: list[tuple[str, str]]
+    verdict_keys: dict[tuple[str, str], str]
+    writer: ResultWriter | None
+    done: dict[tuple[str, str], EvalResult]  # results a re-run keeps
+
+
+def start_run(instances: Any, predictions: list[Prediction], *, image: str | None, run_dir: Path | None,
+              redo: bool, say: Any = print, fail_to_pass: bool = True) -> RunStart:
+    """The common start of every executor's run: refuse instances that cannot give an honest verdict, key each
+    prediction by what decides its verdict, and take over the finished results a re-run may keep (saying how
+    many it keeps and redoes)."""
+    from sandbox.inputs import require_runnable
+
+    known = [p for p in predictions if p.instance_id in instances]
+    unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
+    # A missing test_cmd stays a per-prediction infra_error here: the run's env specs may still supply one.
+    require_runnable({p.instance_id: instances[p.instance_id] for p in known}, test_cmd=False,
+                     fail_to_pass=fail_to_pass)
+    vkeys = {(p.instance_id, p.rollout_id): verdict_key(instances[p.instance_id], p.model_patch, image) for p in known}
+    writer = ResultWriter(run_dir / "results.jsonl") if run_dir is not None else None
+    done: dict[tuple[str, str], EvalResult] = {}
+    if writer is not None:
+        resume = resume_done(writer, vkeys, redo=redo)
+        done = resume.done
+        for msg in resume.messages():
+            say(f"gagar eval: {msg}")
+    return RunStart(known, unknown, [(p.instance_id, p.rollout_id) for p in known], vkeys, writer, done)
 
 
 class ResultWriter:

@@ -32,14 +32,7 @@ from sandbox.env.toolchains import build_failure, go_requires
 from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.integrity import checks as integrity
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
-from sandbox.report import (
-    ResultWriter,
-    atomic_write_text,
-    build_report,
-    collect_reports,
-    log_dir_for,
-    resume_done,
-)
+from sandbox.report import atomic_write_text, build_report, collect_reports, log_dir_for, start_run
 from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree, sweep_workspaces
 
 log = logging.getLogger(__name__)
@@ -67,13 +60,17 @@ def _image_pythonpath(image: str) -> str | None:
     return next((e.split("=", 1)[1] for e in env if e.startswith("PYTHONPATH=")), None) or None
 
 
-def _image_missing(image: str) -> str | None:
+def image_missing(image: str, override: bool = False) -> str | None:
+    """Why `image` cannot run here (None when it can). `override`: it was named by --image."""
     try:
         ctr.client().images.get(image)
         return None
     except docker.errors.ImageNotFound:
+        if override:
+            return (f"--image {image}: no such image on this Docker engine; build it (`gagar image build`), "
+                    "`docker pull` or `docker load` it, or leave --image out to use the gagar-* images")
         return f"image {image!r} not found; build it with `gagar image build --all` or pass --image"
-    except (docker.errors.DockerException, ctr.SandboxInfraError) as exc:
+    except (docker.errors.DockerException, ctr.SandboxInfraError, requests.RequestException) as exc:
         return f"cannot reach the Docker engine ({exc})"
 
 
@@ -292,24 +289,25 @@ def evaluate_predictions(
     on_result: Callable[[EvalResult], None] | None = None,
     stop: threading.Event | None = None,
     env_specs: dict | None = None,
+    require_fail_to_pass: bool = True,
 ) -> list[EvalResult]:
     """Evaluate `predictions` against `instances`; returns one result per known prediction, in input order.
     With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished.
     `on_result` sees each new result as it is recorded; setting `stop` ends the run early (results so far
-    are kept), as Ctrl-C does — the Ray executor's workers use both."""
+    are kept), as Ctrl-C does — the Ray executor's workers use both. An instance without FAIL_TO_PASS is an
+    `InputError` (a ValueError) before anything runs (`sandbox.inputs.check_runnable`), unless
+    `require_fail_to_pass=False`: a run that derives the lists from the test statuses, not a verdict."""
     if not isinstance(instances, Mapping):
         instances = {i.instance_id: i for i in instances}
     if config.repos_dir is None:
         raise ValueError("SandboxConfig.repos_dir is required")
     t_start = time.monotonic()
     run_dir = Path(run_dir) if run_dir is not None else None
-    known = [p for p in predictions if p.instance_id in instances]
-    unknown = sorted({p.instance_id for p in predictions if p.instance_id not in instances})
-    keys = [(p.instance_id, p.rollout_id) for p in known]
-    writer = ResultWriter(run_dir / "results.jsonl") if run_dir else None
-    done: dict[tuple[str, str], EvalResult] = {}
+    start = start_run(instances, predictions, image=config.image, run_dir=run_dir, redo=redo, say=_say,
+                      fail_to_pass=require_fail_to_pass)
+    known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
+                                                 start.writer, start.done)
     if writer is not None:
-        done = resume_done(writer, keys, redo=redo)
         ctr.remove_stale(config.run_id)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
     # Group by instance, keeping first-seen order, so one group's rollouts run together.
@@ -321,7 +319,7 @@ def evaluate_predictions(
         [instances[iid] for iid in order], repos_dir=config.repos_dir, specs=env_specs, override=config.image,
         max_workers=config.max_workers, log_dir=run_dir / "env-builds" if run_dir else None,
         say=_say)  # a build takes minutes: always say so, progress bar or not
-    missing = {img: _image_missing(img) for img in {v for v in images.values() if v}}
+    missing = {img: image_missing(img, img == config.image) for img in {v for v in images.values() if v}}
     for iid, img in images.items():
         if img and missing.get(img):
             image_errors[iid] = missing[img]
@@ -342,6 +340,7 @@ def evaluate_predictions(
                     len([k for k in keys if k in done]), enabled=progress)
 
     def record(r: EvalResult) -> None:
+        r.verdict_key = vkeys.get(r.key)
         with lock:
             results[r.key] = r
         if writer is not None:

@@ -16,80 +16,106 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
+from pydantic import Field, model_validator
 
+from gagar.schema import ConfigError, Section, read_yaml, validate
 from sft.evaluate import answer_step_metrics
 
-DEFAULTS: dict[str, Any] = {
-    "model": None,
-    "tiny_model": None,
-    "data": {"train": None, "val": None},
-    "output_dir": None,
-    "lora": {"enabled": True, "r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"},
-    "training": {
-        "epochs": 2,
-        "max_steps": -1,
-        "learning_rate": 1e-4,
-        "batch_size": 1,
-        "gradient_accumulation_steps": 8,
-        "max_length": 8192,
-        "packing": False,
-        "warmup_ratio": 0.03,
-        "weight_decay": 0.0,
-        "lr_scheduler": "cosine",
-        "logging_steps": 5,
-        "save_strategy": "epoch",
-        "save_steps": 500,
-        "save_total_limit": 2,
-        "seed": 0,
-        "repeat": 1,
-        "gradient_checkpointing": "auto",
-        "bf16": "auto",
-        "sampling": "random",  # or group_by_length: batches of similar length waste less compute on padding
-    },
-    "eval": {"ranking": True, "max_groups": 32, "max_new_tokens": 512},
-    "merge": False,
-    "export_dir": None,
-    "resume_from_checkpoint": None,
-}
+__all__ = ["ConfigError", "SftConfig", "load_config", "train"]
 
 
-class ConfigError(ValueError):
-    """The YAML config is missing something or has a key this trainer does not know."""
+class TinyModelSection(Section):
+    """A random compact Qwen2 built on the spot (`sft.tiny.build_tiny_model`), for CPU runs and tests."""
+
+    out_dir: str | None = None  # default: OUTPUT_DIR/tiny-base
+    seed: int = 0
+    hidden_size: int = Field(64, ge=16)
+    num_layers: int = Field(2, ge=1)
+    vocab_size: int = Field(4096, ge=512)
+    num_heads: int | None = Field(None, ge=1)
+    num_kv_heads: int | None = Field(None, ge=1)
+    intermediate_size: int | None = Field(None, ge=1)
+    max_positions: int | None = Field(None, ge=16)
+    corpus: str | None = None  # chat records whose texts the tokenizer's merges are fit to
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
+class DataSection(Section):
+    train: str
+    val: str | None = None
+
+
+class LoraSection(Section):
+    enabled: bool = True  # false: every weight is trained (a from-scratch model has nothing to adapt)
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+
+
+class TrainingSection(Section):
+    epochs: float = Field(2, gt=0)
+    max_steps: int = Field(-1, ge=-1)  # -1: epochs decide
+    learning_rate: float = Field(1e-4, gt=0)
+    batch_size: int = Field(1, ge=1)
+    gradient_accumulation_steps: int = Field(8, ge=1)
+    max_length: int = Field(8192, ge=1)
+    packing: bool = False
+    warmup_ratio: float = Field(0.03, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0)
+    lr_scheduler: str = "cosine"
+    logging_steps: int = Field(5, ge=1)
+    save_strategy: Literal["no", "epoch", "steps"] = "epoch"  # quote "no" in YAML (bare no is false)
+    save_steps: int = Field(500, ge=1)
+    save_total_limit: int | None = Field(2, ge=0)  # 0 / null: keep every checkpoint
+    seed: int = 0
+    repeat: int = Field(1, ge=1)  # passes over the training records per epoch
+    gradient_checkpointing: Literal["auto"] | bool = "auto"  # auto: on GPU only
+    bf16: Literal["auto"] | bool = "auto"
+    # group_by_length: batches of similar length waste less compute on padding
+    sampling: Literal["random", "group_by_length"] = "random"
+
+
+class EvalSection(Section):
+    ranking: bool = True  # the judge's ranking metrics next to the loss, every epoch
+    max_groups: int = Field(32, ge=1)
+    max_new_tokens: int = Field(512, ge=1)
+
+
+class SftConfig(Section):
+    model: str | None = None  # hub id or local path (or give tiny_model)
+    tiny_model: TinyModelSection | None = None
+    data: DataSection
+    output_dir: str
+    lora: LoraSection = Field(default_factory=LoraSection)
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    merge: bool = False
+    export_dir: str | None = None
+    resume_from_checkpoint: bool | str | None = None
+
+    @model_validator(mode="after")
+    def _one_model(self) -> SftConfig:
+        if bool(self.model) == (self.tiny_model is not None):
+            raise ValueError("give exactly one of `model` (hub id or path) and `tiny_model` (a mapping)")
+        return self
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The config at `path` (with `overrides` merged in, e.g. from the command line), checked in full against
+    `SftConfig` — unknown keys, types, ranges; every message names the key — as a plain dict for `train`."""
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the config must be a mapping")
-    cfg: dict[str, Any] = {}
-    for key, default in DEFAULTS.items():
-        value = raw.get(key, default)
-        if isinstance(default, dict) and key != "tiny_model":
-            if not isinstance(value, dict):
-                raise ConfigError(f"{path}: `{key}` must be a mapping")
-            unknown = sorted(set(value) - set(default))
-            if unknown:
-                raise ConfigError(f"{path}: unknown `{key}` keys {unknown}; known: {sorted(default)}")
-            value = {**default, **value}
-        cfg[key] = value
-    unknown = sorted(set(raw) - set(DEFAULTS))
-    if unknown:
-        raise ConfigError(f"{path}: unknown keys {unknown}; known: {sorted(DEFAULTS)}")
-    if bool(cfg["model"]) == bool(cfg["tiny_model"]):
-        raise ConfigError(
-            f"{path}: give exactly one of `model` (hub id or path) and `tiny_model` (a mapping)"
-        )
-    if not cfg["data"]["train"] or not cfg["output_dir"]:
-        raise ConfigError(f"{path}: `data.train` and `output_dir` are required")
-    return cfg
+        return validate(SftConfig, _merge(read_yaml(path), overrides or {})).model_dump()
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -342,12 +368,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", help="override `output_dir` of the config")
     p.add_argument("--max-steps", type=int, help="override training.max_steps")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    overrides: dict[str, Any] = {}
+    if args.output_dir:
+        overrides["output_dir"] = args.output_dir
+    if args.max_steps is not None:
+        overrides["training"] = {"max_steps": args.max_steps}
     try:
-        cfg = load_config(args.config)
-        if args.output_dir:
-            cfg["output_dir"] = args.output_dir
-        if args.max_steps is not None:
-            cfg["training"]["max_steps"] = args.max_steps
+        cfg = load_config(args.config, overrides)
         resume = True if args.resume == "last" else args.resume
         summary = train(cfg, resume=resume)
     except ConfigError as exc:

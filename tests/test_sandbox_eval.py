@@ -194,12 +194,16 @@ def test_every_status(task: CalcTask, tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_missing_image_is_infra_error(task: CalcTask, tmp_path: Path) -> None:
+def test_missing_image_is_refused_up_front(task: CalcTask, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--image naming an image the engine lacks: one clear error before anything runs, not one infra_error (with
+    advice to "pass --image") per prediction."""
     require_docker()
-    _, pp = task.write_inputs([{"instance_id": "acme__calc-1", "model_patch": task.instance["patch"]}])
-    assert _eval(task, pp, tmp_path / "o", "noimg", "--image", "gagar-no-such-image:0") == 0
-    (r,) = results_by_rollout(tmp_path / "o" / "noimg").values()
-    assert r["status"] == "infra_error" and "gagar-no-such-image" in r["error"] and "gagar image build" in r["error"]
+    preds = [{"instance_id": "acme__calc-1", "rollout_id": i, "model_patch": task.instance["patch"]} for i in range(3)]
+    _, pp = task.write_inputs(preds)
+    assert _eval(task, pp, tmp_path / "o", "noimg", "--image", "gagar-no-such-image:0") == 2
+    err = capsys.readouterr().err
+    assert "--image gagar-no-such-image:0: no such image" in err and "gagar image build" in err
+    assert not (tmp_path / "o" / "noimg" / "results.jsonl").exists()
 
 
 @pytest.mark.docker

@@ -75,7 +75,8 @@ def test_ray_missing_gives_a_clear_error(monkeypatch, tmp_path, capsys) -> None:
     with pytest.raises(RayUnavailable, match=r"gagar\[ray\]"):
         make_executor("ray")
     (tmp_path / "r").mkdir()
-    (tmp_path / "i.jsonl").write_text('{"instance_id": "a", "repo": "o/r", "base_commit": "abc"}\n')
+    (tmp_path / "i.jsonl").write_text('{"instance_id": "a", "repo": "o/r", "base_commit": "abc", '
+                                      '"FAIL_TO_PASS": ["t::a"], "test_cmd": "pytest"}\n')
     (tmp_path / "p.jsonl").write_text('{"instance_id": "a", "model_patch": ""}\n')
     rc = eval_main(["--instances", str(tmp_path / "i.jsonl"), "--predictions", str(tmp_path / "p.jsonl"),
                     "--repos-dir", str(tmp_path / "r"), "--run-id", "x", "--report-dir", str(tmp_path / "o"),

@@ -239,7 +239,7 @@ def test_verify_keeps_only_variants_that_pass_in_the_sandbox(tasks, tmp_path):
 class ScriptedTeacher:
     """Stands for a teacher LLM behind an OpenAI-compatible server: it reads every candidate's diff with the
     judge's tools, then ranks the candidates by diff length, LONGEST first (the heuristic would not), so the labels
-    show whose order was used. The server and the client are real."""
+    show whose order was used. The HTTP server (a FastAPI stand-in endpoint) and the `openai` client are real."""
 
     name = "scripted-teacher"
 
@@ -271,12 +271,27 @@ class ScriptedTeacher:
         return text, 0, 1
 
 
+def _teacher_app(teacher: ScriptedTeacher):
+    """A stand-in OpenAI chat endpoint (FastAPI) answering with the scripted teacher's replies."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    def chat(body: dict) -> dict:
+        text, _, _ = teacher.chat_with_usage(body["messages"])
+        return {"id": "chatcmpl-teacher", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
+
+    return app
+
+
 def test_from_results_with_a_teacher_over_http(tasks, tmp_path):
     import threading
 
-    from grader.serve import make_server
+    from grader.serve import Server
 
-    server = make_server(ScriptedTeacher(), port=0, served_name="teacher")
+    server = Server(_teacher_app(ScriptedTeacher()), port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         results = tmp_path / "results.jsonl"

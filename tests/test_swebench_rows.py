@@ -266,7 +266,7 @@ def test_env_spec_run_keys_never_change_the_image() -> None:
 
 
 @pytest.mark.docker
-def test_a_row_as_shipped_passes_through_gagar_eval(tmp_path: Path) -> None:
+def test_a_row_as_shipped_passes_through_gagar_eval(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A SWE-bench-shaped row — no test_cmd, test_framework or language, FAIL_TO_PASS/PASS_TO_PASS as JSON
     strings, a `version` — plus a spec file holding only a test command for that version: the row gets
     `python -m pytest -rA <its test file>` and is graded through the JUnit + guard path."""
@@ -290,9 +290,10 @@ def test_a_row_as_shipped_passes_through_gagar_eval(tmp_path: Path) -> None:
     specs.write_text(json.dumps({"acme/calc": {"0.1": {"test_cmd": "python -m pytest -rA", "log_parser": "parse_log_pytest"}}}))
     argv = ["--instances", str(inst), "--predictions", str(preds), "--repos-dir", str(task.repos_dir),
             "--run-id", "asshipped", "--report-dir", str(tmp_path / "runs"), "--no-progress"]
-    assert eval_main([*argv, "--run-id", "noscmd"]) == 0  # without the spec: no command, said per prediction
-    assert {r["status"] for r in results_by_rollout(tmp_path / "runs" / "noscmd").values()} <= {"infra_error",
-                                                                                             "empty_patch"}
+    # without the spec: no command, refused before anything runs (exit 2, the row and the field named)
+    assert eval_main([*argv, "--run-id", "noscmd"]) == 2
+    assert not (tmp_path / "runs" / "noscmd" / "results.jsonl").exists()
+    assert f"{row['instance_id']}: test_cmd is missing" in capsys.readouterr().err
     assert eval_main([*argv, "--env-specs", str(specs)]) == 0
     res = results_by_rollout(tmp_path / "runs" / "asshipped")
     assert res["gold"]["status"] == "resolved", res["gold"]

@@ -104,32 +104,6 @@ def test_sampler_logprobs_only_when_complete():
     assert sampled_logprobs({}, 0) is None
 
 
-def test_transformers_rows_end_where_sampling_ended(tmp_path_factory):
-    """A batch row that stopped on `</tool_call>` is padded while the others run on; with a Qwen-style tokenizer
-    the pad id is an eos id, and the old reader kept that pad as a sampled eos (trained with mask 1)."""
-    from transformers import AutoTokenizer
-
-    from inference.hf import TransformersBackend
-    from sft.tiny import build_tiny_model
-
-    path = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-policy")
-    tok = AutoTokenizer.from_pretrained(str(path))
-    be = object.__new__(TransformersBackend)
-    be.tokenizer = tok
-    eos = tok.eos_token_id
-    be.eos_ids, be.pad_id = {eos}, eos  # pad == eos, as Qwen's <|endoftext|>
-    call = tok('<tool_call>{"name": "submit"}</tool_call>', add_special_tokens=False)["input_ids"]
-    s = be._sample(call + [eos, eos, eos], ["</tool_call>"])
-    assert s.token_ids == call and s.finish_reason == "stop" and s.text.endswith("</tool_call>")
-    s = be._sample(call + tok(" more", add_special_tokens=False)["input_ids"] + [eos], ["</tool_call>"])
-    assert s.token_ids == call  # generation stopped at the stop string: what follows was never sampled
-    words = tok("abc def", add_special_tokens=False)["input_ids"]
-    assert be._sample(words + [eos, eos], None).token_ids == words + [eos]  # a sampled eos is kept, once
-    assert be._sample(words, None).finish_reason == "length"
-    be.pad_id = 0  # pad outside the eos set: a pad-valued token inside a length-limited row was sampled, kept
-    assert be._sample(words + [0], None).token_ids == words + [0]
-
-
 def test_openai_backend_reports_an_unreachable_server(tmp_path):
     be = OpenAIServerBackend("http://127.0.0.1:9", "m", _FakeTokenizer(), str(tmp_path), timeout=2)
     with pytest.raises(RuntimeError, match="cannot reach the rollout server"):

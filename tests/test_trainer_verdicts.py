@@ -233,3 +233,48 @@ def test_a_rollout_whose_agent_sandbox_failed_is_masked_not_evaluated(tasks, tmp
     assert sent == ["minimal"]
     assert [r.status for r in g.results] == ["resolved", "infra_error"] and g.valid == [True, False]
     assert "OOM" in g.results[1].error
+
+
+@pytest.mark.docker
+def test_a_new_run_into_the_same_out_never_reuses_the_earlier_runs_verdicts(tasks, tmp_path):
+    """`gagar train` again into the same --out without --resume restarts at step 1: the same sandbox run dir
+    (OUT/sandbox/step_000001/r0) and the same rollout ids. Every rollout must get its own fresh verdict."""
+    from sandbox_fixtures import require_docker
+
+    from trainer.sandbox_pool import SandboxPool
+
+    require_docker()
+    t = _trainer(tasks, "sandbox.max_workers=1")
+    t.instances = {IID: _instance(tasks)}
+    t.pool = SandboxPool(t.cfg.sandbox, t.repos, run_id="train-rerun-test")
+    patches = _patches(tasks)
+    run_dir = tmp_path / "sandbox" / "step_000001" / "r0"
+
+    def verdict(patch: str) -> str:
+        (g,) = t.evaluate([[Trajectory(IID, "s1r0-0", [1, 2], [0, 1], 1, patch)]], run_dir)
+        return g.results[0].status
+
+    assert verdict(patches["gold"]) == "resolved"
+    assert verdict(patches["wrong-last-part"]) == "unresolved"  # the first run's "resolved" must not stick
+    # Even the very same patch is evaluated again, never read back from the earlier run's file: forge that
+    # line into a pass (its verdict key still matches) and the trainer must not believe it.
+    results = run_dir / "results.jsonl"
+    forged = [{**json.loads(ln), "status": "resolved", "resolved": True} for ln in results.read_text().splitlines()]
+    results.write_text("".join(json.dumps(r) + "\n" for r in forged))
+    assert verdict(patches["wrong-last-part"]) == "unresolved"
+    assert len(results.read_text().splitlines()) == 1
+
+
+@pytest.mark.docker
+def test_a_missing_sandbox_image_stops_the_trainer_before_any_rollout(tasks):
+    """Every rollout would be a masked infra_error: a run that learns nothing. Refused when the pool is made
+    (before the policy is built), naming the config key."""
+    from sandbox_fixtures import require_docker
+
+    from trainer.config import SandboxSection
+    from trainer.sandbox_pool import SandboxPool
+
+    require_docker()
+    with pytest.raises(ValueError, match="sandbox.image gagar-no-such-image:0: no such image"):
+        SandboxPool(SandboxSection(image="gagar-no-such-image:0"), tasks / "repos")
+    SandboxPool(SandboxSection(image="gagar-python:latest"), tasks / "repos").close()

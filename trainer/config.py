@@ -13,15 +13,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+
+from gagar.schema import ConfigError, Section, read_yaml, validate
 
 BASE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gapo")
 REDISTRIBUTIONS = ("gagar", "downweight")
@@ -46,25 +40,8 @@ Str = Annotated[str, AfterValidator(os.path.expandvars)]  # $VARS in paths and n
 StrList = Annotated[list[Str], BeforeValidator(_comma_list)]
 
 
-class ConfigError(ValueError):
-    """A configuration problem the user can fix; the message says where and how."""
-
-
-class _Section(BaseModel):
-    # Unknown keys are errors; values are checked and converted when the file is loaded.
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, data: Any) -> Any:
-        """YAML's `true` is not a number (pydantic would take it as 1)."""
-        if isinstance(data, dict):
-            for key, value in data.items():
-                field = cls.model_fields.get(key)
-                if field is not None and field.annotation in (int, float) and isinstance(value, bool):
-                    kind = "an integer" if field.annotation is int else "a number"
-                    raise ValueError(f"{key}: expected {kind}, got {value!r}")
-        return data
+_Section = Section  # the shared schema machinery (gagar.schema), also behind `gagar sft train`'s config
+__all__ = ["ConfigError", "TrainConfig", "apply_overrides", "load_config"]
 
 
 class ModelConfig(_Section):
@@ -264,32 +241,6 @@ class TrainConfig(_Section):
         return self.model_dump()
 
 
-_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true/false", "string": "a string",
-               "list": "a list", "dict": "a mapping", "model": "a mapping"}
-
-
-def _message(err: dict[str, Any]) -> str:
-    """One pydantic error as `section.key: what is wrong`, in the words of this file's users."""
-    loc = ".".join(str(x) for x in err["loc"])
-    kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
-    if kind == "extra_forbidden":
-        section, key = ".".join(str(x) for x in err["loc"][:-1]), err["loc"][-1]
-        return f"{section or 'config'}: unknown key {key}"
-    if kind == "literal_error":
-        return f"{loc} must be one of {ctx.get('expected', '')}".replace("'", "")
-    if kind.endswith(("_type", "_parsing")) and kind.split("_")[0] in _TYPE_WORDS:
-        return f"{loc}: expected {_TYPE_WORDS[kind.split('_')[0]]}, got {got!r}"
-    for op, word in (("greater_than_equal", ">="), ("greater_than", ">"), ("less_than_equal", "<="),
-                     ("less_than", "<")):
-        if kind == op:
-            limit = next(iter(ctx.values()))
-            return f"{loc} must be {word} {limit}, got {got!r}"
-    if kind == "value_error":  # our validators' messages start with the key inside the section at `loc`
-        text = str(ctx.get("error", err["msg"]))
-        return f"{loc}.{text}" if loc else text
-    return f"{loc}: {err['msg']}"
-
-
 RETIRED = {"sandbox.docker_hosts": "spread the sandbox over several machines with `sandbox.executor: ray` "
            "(one sandbox actor per Ray node; docs/scaling.md)"}
 
@@ -299,22 +250,7 @@ def _build(data: dict[str, Any]) -> TrainConfig:
         section, name = key.split(".")
         if isinstance(data.get(section), dict) and name in data[section]:
             raise ConfigError(f"{key} was retired: {why}")
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()
-        unknown: dict[str, list[str]] = {}
-        for e in errors:
-            if e["type"] == "extra_forbidden":
-                unknown.setdefault(".".join(str(x) for x in e["loc"][:-1]), []).append(str(e["loc"][-1]))
-        if unknown:  # all unknown keys of the first section at once, with what is allowed there
-            section, keys = next(iter(unknown.items()))
-            model = TrainConfig
-            for part in section.split(".") if section else []:
-                model = model.model_fields[part].annotation
-            raise ConfigError(f"{section or 'config'}: unknown key(s) {', '.join(sorted(keys))}; allowed: "
-                              f"{', '.join(sorted(model.model_fields))}") from None
-        raise ConfigError("; ".join(_message(e) for e in errors)) from None
+    return validate(TrainConfig, data)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -335,15 +271,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> TrainConfig:
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {p}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config {p} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"config {p}: the top level must be a mapping of sections")
-    data = apply_overrides(data, overrides or [])
+    data = apply_overrides(read_yaml(p), overrides or [])
     try:
         return _build(data)
     except ConfigError as exc:

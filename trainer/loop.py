@@ -63,6 +63,7 @@ class Trainer:
         self.instances = load_instances(cfg)
         self.repos = cfg.tasks.repos_path()
         self.sampler = TaskSampler(list(self.instances), cfg.seed, cfg.tasks.shuffle)
+        self.pool = SandboxPool(cfg.sandbox, self.repos, run_id=f"train-{self.out.name}")  # checks before the model
         ckpt, state = resume_point(self.out, resume, log)
         self.policy = build_policy(cfg, self.instances, ckpt=ckpt, state=state, log=log)
         self.restore(state)
@@ -75,7 +76,6 @@ class Trainer:
                 f"{cfg.rollout.base_url} must serve those weights for the LoRA updates it receives to apply")
         if ckpt and cfg.rollout.backend != "transformers":
             self.backend.sync_weights(self.policy.model, self.start_step)
-        self.pool = SandboxPool(cfg.sandbox, self.repos, run_id=f"train-{self.out.name}")
         self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config)
         self.metrics = MetricsWriter(self.out, start_step=self.start_step, tensorboard=cfg.tensorboard)
         (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")

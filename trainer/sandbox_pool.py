@@ -23,6 +23,12 @@ class SandboxPool:
         self.section = section
         self.repos_dir = Path(repos_dir)
         self.run_id = run_id
+        if section.image and section.executor == "local":  # else every rollout would be a masked infra_error
+            from sandbox.run import image_missing
+
+            missing = image_missing(section.image, override=True)
+            if missing:
+                raise ValueError(missing.replace("--image", "sandbox.image", 1))
         self.executor = make_executor(section.executor, section.ray_address or None)
         atexit.register(self.close)
 
@@ -36,7 +42,10 @@ class SandboxPool:
                  run_dir: Path) -> list[EvalResult]:
         if not predictions:
             return []
-        return self.executor.evaluate(instances, predictions, self.config(), run_dir=Path(run_dir))
+        # redo: every batch the trainer evaluates is new rollouts. Its run dirs (OUT/sandbox/step_N/rK) are
+        # logs, never a cache: a fresh run into an existing --out (or a resumed one re-sampling the step after
+        # its checkpoint) reuses the same dirs and rollout ids, and must not inherit the earlier run's verdicts.
+        return self.executor.evaluate(instances, predictions, self.config(), run_dir=Path(run_dir), redo=True)
 
     def evaluate_masked(self, instances: dict[str, Instance], predictions: list[Prediction], run_dir: Path,
                         log: Callable[[str], None] = print) -> list[EvalResult]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from sandbox.inputs import require_runnable
 from sandbox.jsonl import iter_jsonl
 from sandbox.records import Instance
 from trainer.config import TrainConfig
@@ -27,6 +28,7 @@ def load_instances(cfg: TrainConfig) -> dict[str, Instance]:
         out[inst.instance_id] = inst
     if not out:
         raise ValueError(f"{path}: no instances left after the tasks.languages / tasks.instance_ids filters")
+    require_runnable(out, path)  # an instance without FAIL_TO_PASS would reward any patch: refuse, train nothing
     return out
 
 

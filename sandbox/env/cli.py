@@ -43,6 +43,19 @@ def load_for_env(instances: list[Path], env_specs: str | None, prog: str) -> tup
     return list(out.values()), specs
 
 
+def _require_runnable(insts: list, specs: dict | None, prog: str) -> None:
+    """Instances that could never be evaluated get no image: the checks of `gagar eval`, after the specs."""
+    from sandbox.env.spec import apply_specs
+    from sandbox.inputs import InputError, require_runnable
+
+    for n in apply_specs({i.instance_id: i for i in insts}, specs):
+        print(f"{prog}: warning: {n}", file=sys.stderr)
+    try:
+        require_runnable(insts)
+    except InputError as exc:
+        raise SystemExit(_err(prog, str(exc))) from exc
+
+
 def _plans(insts: list, repos_dir: Path, specs: dict | None, prog: str, strict: bool) -> dict:
     """instance id → EnvTarget; with `strict`, any planning error is bad input (exit 2, all errors listed)."""
     from sandbox.env.images import ImageError
@@ -86,6 +99,8 @@ def image_main(argv: list[str]) -> int:
         return _err(prog, f"--repos-dir {args.repos_dir}: not a directory (needed with --instances)")
     try:
         insts, specs = load_for_env(args.instances or [], args.env_specs, prog)
+        if args.cmd == "build":
+            _require_runnable(insts, specs, prog)
         targets = _plans(insts, args.repos_dir, specs, prog, strict=args.cmd == "build") if insts else {}
     except SystemExit as exc:
         return int(exc.code or 2)

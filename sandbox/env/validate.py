@@ -108,9 +108,9 @@ def main(argv: list[str]) -> int:
         return _err(prog, f"--repos-dir {args.repos_dir}: not a directory")
     from sandbox.config import SandboxConfig
     from sandbox.env.spec import SpecError, load_spec_file
-    from sandbox.inputs import InputError, _records, load_instances
+    from sandbox.inputs import InputError, _records, load_instances, require_runnable
     from sandbox.report import atomic_write_text
-    from sandbox.run import evaluate_predictions
+    from sandbox.run import evaluate_predictions, image_missing
 
     notes: list[str] = []
     try:
@@ -129,6 +129,12 @@ def main(argv: list[str]) -> int:
 
     for n in apply_specs(instances, specs):
         print(f"{prog}: warning: {n}", file=sys.stderr)
+    if args.image and (missing := image_missing(args.image, override=True)):
+        return _err(prog, missing)
+    try:
+        require_runnable(instances, args.instances)  # after the specs: a spec may give the test_cmd
+    except InputError as exc:
+        return _err(prog, str(exc))
     try:
         config = SandboxConfig(repos_dir=args.repos_dir.resolve(), image=args.image, timeout=args.timeout,
                                max_workers=args.max_workers, run_id=args.run_id)

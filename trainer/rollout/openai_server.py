@@ -14,13 +14,11 @@ update corrects the sampler-vs-trainer mismatch with it (truncated importance sa
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from inference.openai import api_url, describe_error, make_client
 from trainer.rollout.base import Sample
 
 
@@ -28,42 +26,48 @@ class OpenAIServerBackend:
     name = "openai"
 
     def __init__(self, base_url: str, model: str, tokenizer: Any, work_dir: str, *, lora: bool = True,
-                 timeout: float = 600.0, concurrency: int = 16) -> None:
-        self.base_url = base_url.rstrip("/")
-        if not self.base_url.endswith("/v1"):
-            self.base_url += "/v1"
+                 timeout: float = 600.0, concurrency: int = 16, max_retries: int = 2) -> None:
+        self.base_url = api_url(base_url)
+        self.client = make_client(base_url, timeout=timeout, max_retries=max_retries)
         self.base_model = model
         self.model = model
         self.tokenizer = tokenizer
         self.work_dir = Path(work_dir)
         self.lora = lora
-        self.timeout = timeout
         self.concurrency = concurrency
 
+    def _fail(self, exc: Exception) -> RuntimeError:
+        import openai
+
+        if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+            return RuntimeError(f"cannot reach the rollout server at {self.base_url}: {exc.__cause__ or exc}")
+        return RuntimeError(describe_error(exc, self.base_url))
+
     def _post(self, path: str, payload: dict) -> Any:
-        req = urllib.request.Request(
-            self.base_url + path, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
-        )
+        """One of vLLM's own endpoints (`/load_lora_adapter`, …), through the same client and retries."""
+        import openai
+
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                body = resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"{self.base_url}{path}: HTTP {exc.code}: {exc.read().decode()[:500]}") from exc
-        except urllib.error.URLError as exc:
-            raise RuntimeError(f"cannot reach the rollout server at {self.base_url}: {exc.reason}") from exc
-        try:
-            return json.loads(body)
-        except json.JSONDecodeError:
-            return body
+            return self.client.post(path, body=payload, cast_to=object)
+        except openai.OpenAIError as exc:
+            raise self._fail(exc) from exc
 
     def _one(self, prompt: list[int], max_new_tokens: int, temperature: float, top_p: float,
              stop: list[str] | None) -> Sample:
-        payload = {"model": self.model, "prompt": prompt, "max_tokens": max_new_tokens,
-                   "temperature": temperature, "top_p": top_p, "n": 1, "skip_special_tokens": True,
-                   "return_token_ids": True, "logprobs": 1, "return_tokens_as_token_ids": True}
+        import openai
+
+        extra = {"skip_special_tokens": True, "return_token_ids": True, "return_tokens_as_token_ids": True}
         if stop:
-            payload.update(stop=stop, include_stop_str_in_output=True)
-        choice = self._post("/completions", payload)["choices"][0]
+            extra["include_stop_str_in_output"] = True
+        try:
+            reply = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=max_new_tokens,
+                                                   temperature=temperature, top_p=top_p, n=1, logprobs=1,
+                                                   stop=stop or openai.omit, extra_body=extra)
+        except openai.OpenAIError as exc:
+            raise self._fail(exc) from exc
+        if not reply.choices:
+            raise RuntimeError(f"{self.base_url}/completions: a reply without choices")
+        choice = reply.choices[0].model_dump()
         text = choice.get("text") or ""
         # Exactly the tokens the server says it sampled: nothing appended (an eos it does not list was never
         # shown to be sampled, and training on it would train on a token the policy may not have produced).
@@ -93,7 +97,7 @@ class OpenAIServerBackend:
 
 def sampled_logprobs(choice: dict, n: int) -> list[float] | None:
     """The sampler's log-prob of each sampled token (`logprobs.token_logprobs`), or None when the server gives
-    none for some token (`gagar serve`) or a count that does not match the ids. vLLM reports them under the
+    none for some token or a count that does not match the ids. vLLM and `gagar serve` report them under the
     sampling distribution only with `--logprobs-mode processed_logprobs` (docs/trainer.md)."""
     lps = (choice.get("logprobs") or {}).get("token_logprobs")
     if isinstance(lps, list) and len(lps) == n and all(isinstance(x, (int, float)) for x in lps):
