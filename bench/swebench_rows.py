@@ -163,9 +163,12 @@ def main() -> int:
     if proc.returncode != 0:
         return proc.returncode
     results = [json.loads(ln) for ln in (work / "runs" / "swebench" / "results.jsonl").read_text().splitlines()]
-    builds = [ln for ln in proc.stderr.splitlines() if re.search(r"env image .*: (building|built in)", ln)]
+    # The build lines without their log paths: results name repositories, never this machine's directories.
+    builds = [re.sub(r"; log \S+$", "", ln) for ln in proc.stderr.splitlines()
+              if re.search(r"env image .*: (building|built in)", ln)]
     from sandbox.env.spec import apply_specs, load_spec_file
     from sandbox.records import Instance
+    from sandbox.report import atomic_write_text
 
     insts = {r["instance_id"]: Instance.from_dict(r) for r in rows}
     apply_specs(insts, load_spec_file(SPECS))
@@ -192,7 +195,7 @@ def main() -> int:
                                and p.get("base", {}).get("status") == "unresolved"
                                and p.get("empty", {}).get("status") == "empty_patch" for p in {**prev, **per}.values()),
     }
-    RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(RESULTS, json.dumps(doc, indent=2) + "\n")
     print(f"gold resolved, base unresolved, empty empty_patch: {expected} ({wall:.0f} s) → {RESULTS}")
     return 0
 
