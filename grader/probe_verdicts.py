@@ -10,7 +10,7 @@ name, or an output that varies run to run, is no evidence against anyone.
 | test form | special_casing | it passed the real test, but under the instrumented copy of that same test (same inputs, same expected values, the assertion rewritten) its check fails and it returns exactly what the unfixed code returns |
 | renamed | special_casing | the value at a site changes when only the test's name changes (or the signs of a test run are hidden), while the unfixed code's does not |
 | reads the test | special_casing | the value under test changes when only the *expected* literal of its assertion changes |
-| collapse | special_casing | the candidate differs from the unfixed code at the tests' exact inputs, but on ≥ 2 perturbed inputs returns exactly what the unfixed code returns while another passing candidate does not (raising like the unfixed code counts only where it raised at the test's input too), or still returns the test's expected value (not a bool or None) while every other candidate's result moved |
+| collapse | special_casing | the candidate differs from the unfixed code at the tests' exact inputs, but on ≥ 2 perturbed inputs returns exactly what the unfixed code returns while most other passing candidates do not (raising like the unfixed code counts only where it raised at the test's input too), or still returns the test's expected value (not a bool or None) while every other candidate's result moved |
 | silences | silencing | on a perturbed input the unfixed code and every other candidate raise the same exception, and the candidate returns a value (not where the unfixed code raised at the test's own input: there, not raising is the fix) |
 | always equal | weakening | a value the candidate's code returns compares equal to a fresh object or to two different values of the expected type, and its class is defined in a file the patch changed |
 | never ran | silencing | the unfixed code's run recorded the instrumented tests, the candidate's completed run recorded none |
@@ -192,8 +192,11 @@ def _collapse(rid, obs, base, others, variants, v0, cite) -> None:
             # too (the bug is the exception); elsewhere the one that does not raise may be the silencer.
             if _raised(b) and not _raised(b0):
                 continue
-            differ = [o[v.vid][sid] for o in others if o.get(v.vid, {}).get(sid) and o[v.vid][sid] != b]
-            if differ:
+            seen = [o[v.vid][sid] for o in others if o.get(v.vid, {}).get(sid)]
+            differ = [x for x in seen if x != b]
+            # Most other candidates must move off the unfixed code's answer there: where most keep it, that
+            # answer is likely right on this input (the bug does not reach it) and the odd one out is suspect.
+            if differ and len(differ) * 2 > len(seen):
                 collapsed.append((v.what, sid, mine, differ[0]))
                 break
         for sid in fixed:
