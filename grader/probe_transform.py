@@ -10,7 +10,8 @@ what the code under test produced instead of failing (`grader/probe_runtime.py`)
 - `x<site>` — the renamed copy with only the *expected* literal of one assertion changed: the value under test
   must not move (when it does, the code reads the test);
 - `p<k>` — the renamed copy with one input literal perturbed (integers ±1 or doubled, strings lengthened,
-  containers extended or reversed): compared with the unfixed code and the other candidates.
+  containers extended or reversed; a number a call passes twice changed everywhere in that call at once):
+  compared with the unfixed code and the other candidates.
 
 Sites are numbered in the same walk order in every copy, so `site` ids line up across variants. An assert is
 rewritten into statements, not lambdas: the code under test keeps the test function as its caller.
@@ -306,10 +307,33 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
     return [i for *_, i in sorted(out)]
 
 
+def _joint_perturbations(fn: ast.AST, focus: frozenset[int]) -> list[tuple[ast.AST, str]]:
+    """Copies of `fn` where a number a call on a test-patch line (any line without `focus`) passes more than once (`backoff(5, 5)`) changes
+    everywhere in that call at once (+1, then doubled): one literal at a time breaks the relation the inputs
+    hold (start == stop), so only a joint change asks the same question on a new value."""
+    out: list[tuple[ast.AST, str]] = []
+    nodes = list(ast.walk(fn))
+    for ci, call in enumerate(nodes):
+        if not isinstance(call, ast.Call) or (focus and getattr(call, "lineno", 0) not in focus):
+            continue
+        args = [*call.args, *(k.value for k in call.keywords)]
+        nums = [a.value for a in args if isinstance(a, ast.Constant) and type(a.value) in (int, float)]
+        for v in sorted({x for x in nums if nums.count(x) >= 2 and x not in (0, 1)}, key=repr):
+            for new_v in (v + 1, v * 2):
+                new = copy.deepcopy(fn)
+                target = list(ast.walk(new))[ci]
+                for a in [*target.args, *(k.value for k in target.keywords)]:  # type: ignore[attr-defined]
+                    if isinstance(a, ast.Constant) and type(a.value) is type(v) and a.value == v:
+                        a.value = new_v
+                out.append((new, f"line {call.lineno}: every {v!r} of the call → {new_v!r}"))
+    return out[:4]
+
+
 def _perturbations(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[tuple[ast.AST, str]]:
     """Copies of `fn` with one input literal changed each (at most MAX_INPUT_VARIANTS), with a description:
-    every change of the literals on the test patch's own lines first, then the others round-robin."""
-    out: list[tuple[ast.AST, str]] = []
+    the joint changes of a repeated number first, then every change of the literals on the test patch's own
+    lines, then the others round-robin."""
+    out: list[tuple[ast.AST, str]] = _joint_perturbations(fn, focus)
     slots = _input_slots(fn, focus)
     nodes = list(ast.walk(fn))
     first = [i for i in slots if getattr(nodes[i], "lineno", 0) in focus]
