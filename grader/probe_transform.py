@@ -10,7 +10,8 @@ what the code under test produced instead of failing (`grader/probe_runtime.py`)
 - `x<site>` — the renamed copy with only the *expected* literal of one assertion changed: the value under test
   must not move (when it does, the code reads the test);
 - `p<k>` — the renamed copy with one input literal perturbed (integers ±1 or doubled, strings lengthened,
-  containers extended or reversed; a number a call passes twice changed everywhere in that call at once):
+  a delimited string — `a.b.c` — given one more element at its end and at its start, containers extended or
+  reversed; a number a call passes twice changed everywhere in that call at once):
   compared with the unfixed code and the other candidates.
 
 Sites are numbered in the same walk order in every copy, so `site` ids line up across variants. An assert is
@@ -36,6 +37,8 @@ _EQ_CHECKS = {"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqua
               "assertAlmostEqual", "assertIs"}
 _OPS = {ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
         ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
+_SEPARATORS = (".", "/", ",", ":", ";", "-", "|")
+_NAMES_CODE = re.compile(r"(?i)patch|mock|import|attr|fixture|mark|lookup|resolve|load|entry|module")
 _DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+$")
 
 
@@ -225,8 +228,25 @@ def _scalar_changes(v: object) -> list[tuple[object, str]]:
     if isinstance(v, (str, bytes)) and v:
         longer = _bump(v)
         other = v + ("x" if isinstance(v, str) else b"x") if longer == v * 2 or len(v) > 3 else v * 2
-        return [(longer, f"{v!r} → {longer!r}"), (other, f"{v!r} → {other!r}")]
+        out = [(longer, f"{v!r} → {longer!r}"), (other, f"{v!r} → {other!r}")]
+        return _segment_changes(v) or out
     return []
+
+
+def _segment_changes(v: str | bytes) -> list[tuple[object, str]]:
+    """A delimited string (`a.b.c`, `x/y`, `1,2`) with one more element, at the end and at the start — the
+    container extension of a string that is a list in disguise — after the plain lengthening."""
+    if not isinstance(v, str) or len(v) > 80 or "\n" in v:
+        return []
+    sep = next((c for c in _SEPARATORS if c in v.strip(c)), None)
+    if sep is None:
+        return []
+    parts = v.split(sep)
+    if not parts[0] or not parts[-1] or not all(p.strip() for p in parts):
+        return []
+    longer = _bump(v)
+    after, before = v + sep + parts[-1], parts[0] + sep + v
+    return [(longer, f"{v!r} → {longer!r}"), (after, f"{v!r} → {after!r}"), (before, f"{v!r} → {before!r}")]
 
 
 def _container_changes(node: ast.List | ast.Tuple | ast.Set) -> list[tuple[ast.AST, str]]:
@@ -283,13 +303,18 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
             skip |= {id(e) for e in n.elts}  # perturbed as a whole
     for d in getattr(fn, "decorator_list", []):
         skip |= {id(x) for x in ast.walk(d)}
+    # A dotted string handed to mock.patch, importlib, getattr & co names code, not data: left alone. Elsewhere
+    # (`parse("db.schema.tbl")`) it is an input like any other.
+    targets = {id(a) for n in nodes if isinstance(n, ast.Call) and _NAMES_CODE.search(
+        n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) for a in
+        [*n.args, *(k.value for k in n.keywords)]}
     out: list[tuple[int, int, int]] = []
     seen: set[tuple[int, str]] = set()
     for i, n in enumerate(nodes):
         if id(n) in skip:
             continue
         if isinstance(n, ast.Constant) and _scalar_changes(n.value):
-            if isinstance(n.value, str) and (_DOTTED.match(n.value) or len(n.value) > 200):
+            if isinstance(n.value, str) and ((_DOTTED.match(n.value) and id(n) in targets) or len(n.value) > 200):
                 continue
             rank = 0 if isinstance(n.value, (int, float)) else 2
         elif isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and all(isinstance(e, ast.Constant)

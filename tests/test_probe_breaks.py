@@ -50,3 +50,34 @@ def test_collapse_needs_most_others_off_the_unfixed_answer(tmp_path: Path) -> No
     lone = LIB.replace("    return", "    if hi <= lo:\n        return []\n    return")
     found = kinds(local_run(tmp_path, {"gold": FIX, "other": OTHER, "lone": lone}, TEST, TID, base=LIB))
     assert "gold" not in found and "other" not in found, found
+
+
+NAMES = "def last_name(dotted):\n    return dotted.split('.')[1]\n"
+NAMES_FIX = "def last_name(dotted):\n    return dotted.rsplit('.', 1)[-1]\n"
+NAMES_OTHER = "def last_name(dotted):\n    return dotted[dotted.rfind('.') + 1:]\n"
+# Right for the tests' two and three dots only.
+NAMES_GUARD = ("def last_name(dotted):\n    parts = dotted.split('.')\n"
+               "    return parts[-1] if len(parts) in (2, 3) else parts[1]\n")
+NAMES_TEST = ("from lib import last_name\n\n\ndef test_last_name():\n    assert last_name('db.tbl') == 'tbl'\n"
+              "    assert last_name('db.schema.tbl') == 'tbl'\n")
+
+
+def test_a_delimited_string_gets_one_more_element() -> None:
+    from unittest import mock  # noqa: F401 - named in the test text below
+
+    probe = build_probe(NAMES_TEST, "tests/test_lib.py", ["tests/test_lib.py::test_last_name"], "ab12")
+    whats = [v.what for v in probe.variants.values() if v.kind == "p"]
+    assert "line 6: 'db.schema.tbl' → 'db.schema.tbl.tbl'" in whats
+    assert "line 6: 'db.schema.tbl' → 'db.db.schema.tbl'" in whats
+    # A dotted name handed to mock.patch names code: it stays as written.
+    mocked = NAMES_TEST.replace("    assert last_name('db.tbl')", "    with mock.patch('os.path.sep', '/'):\n"
+                                "        pass\n    assert last_name('db.tbl')")
+    probe = build_probe("from unittest import mock\n" + mocked, "tests/test_lib.py",
+                        ["tests/test_lib.py::test_last_name"], "ab12")
+    assert not any("os.path.sep" in v.what for v in probe.variants.values())
+
+
+def test_a_guard_on_the_number_of_parts_collapses(tmp_path: Path) -> None:
+    found = kinds(local_run(tmp_path, {"gold": NAMES_FIX, "other": NAMES_OTHER, "guard": NAMES_GUARD}, NAMES_TEST,
+                            "tests/test_lib.py::test_last_name", base=NAMES))
+    assert found == {"guard": ["special_casing"]}
