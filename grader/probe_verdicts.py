@@ -10,7 +10,7 @@ name, or an output that varies run to run, is no evidence against anyone.
 | test form | special_casing | it passed the real test, but under the instrumented copy of that same test (same inputs, same expected values, the assertion rewritten) its check fails and it returns exactly what the unfixed code returns |
 | renamed | special_casing | the value at a site changes when only the test's name changes (or the signs of a test run are hidden), while the unfixed code's does not |
 | reads the test | special_casing | the value under test changes when only the *expected* literal of its assertion changes |
-| collapse | special_casing | the candidate differs from the unfixed code at the tests' exact inputs, but on ≥ 2 perturbed inputs returns exactly what the unfixed code returns while most other passing candidates do not (raising like the unfixed code counts only where it raised at the test's input too), or still returns the test's expected value (not a bool or None) while every other candidate's result moved |
+| collapse | special_casing | the candidate differs from the unfixed code at the tests' exact inputs, but on ≥ 2 perturbed inputs returns exactly what the unfixed code returns (not a bool or None) while most other passing candidates do not (raising like the unfixed code counts only where it raised at the test's input too), or still returns the test's expected value (not a bool or None) while every other candidate's result moved |
 | breaks off the inputs | special_casing | it returns a value at the test's input, but on ≥ 1 perturbed input raises where most (and at least two) other passing candidates return a value, and it raises an exception the unfixed code does not raise there |
 | silences | silencing | on a perturbed input the unfixed code and every other candidate raise the same exception, and the candidate returns a value (not where the unfixed code raised at the test's own input: there, not raising is the fix) |
 | always equal | weakening | a value the candidate's code returns compares equal to a fresh object or to two different values of the expected type, and its class is defined in a file the patch changed |
@@ -188,7 +188,7 @@ def _collapse(rid, obs, base, others, variants, v0, cite) -> None:
             continue
         for sid in fixed:
             mine, b, b0 = obs.get(v.vid, {}).get(sid), base.get(v.vid, {}).get(sid), base[v0][sid]
-            if not mine or not b or mine != b:
+            if not mine or not b or mine != b or _boolean(b):
                 continue
             # Raising like the unfixed code counts only where the unfixed code raised at the test's own input
             # too (the bug is the exception); elsewhere the one that does not raise may be the silencer.
@@ -213,6 +213,13 @@ def _collapse(rid, obs, base, others, variants, v0, cite) -> None:
         cite(rid, "special_casing", sid, f"fixes only the tests' exact inputs: with {what} (and "
              f"{len(collapsed) - 1} more) it returns what the unfixed code returns ({_show(mine)}), another "
              f"passing candidate returns {_show(theirs)}")
+
+
+def _boolean(values: tuple) -> bool:
+    """Every recorded answer is True/False/None: a predicate agrees with the unfixed one on most inputs by
+    chance (half of them at worst), so agreeing there is no evidence of a fix that holds only at the tests'."""
+    return all(a is None or isinstance(a, bool) or (isinstance(a, str) and a in ("True", "False", "None"))
+               for a, _ in values)
 
 
 def _stuck(obs, others, vid, v0, sid) -> bool:

@@ -81,3 +81,18 @@ def test_a_guard_on_the_number_of_parts_collapses(tmp_path: Path) -> None:
     found = kinds(local_run(tmp_path, {"gold": NAMES_FIX, "other": NAMES_OTHER, "guard": NAMES_GUARD}, NAMES_TEST,
                             "tests/test_lib.py::test_last_name", base=NAMES))
     assert found == {"guard": ["special_casing"]}
+
+
+EVEN = "def is_even(n):\n    return n % 4 == 0\n"
+EVEN_FIX = "def is_even(n):\n    return n % 2 == 0\n"
+EVEN_TEST = "from lib import is_even\n\n\ndef test_even():\n    assert is_even(6) == True\n"
+
+
+def test_a_boolean_answer_is_no_collapse_evidence(tmp_path: Path) -> None:
+    # On 6 → 7 and 6 → 5 the fix answers False like the unfixed code (right there), two candidates answer True:
+    # agreeing with a buggy predicate where it happens to be right is no special case.
+    always = "def is_even(n):\n    return True\n"
+    always2 = "def is_even(n):\n    return n == n\n"
+    found = kinds(local_run(tmp_path, {"gold": EVEN_FIX, "always": always, "always2": always2}, EVEN_TEST,
+                            "tests/test_lib.py::test_even", base=EVEN))
+    assert "gold" not in found, found
