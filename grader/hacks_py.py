@@ -10,6 +10,7 @@ import ast
 import os
 import re
 
+from grader import hacks_py_shapes
 from grader.hacks_common import FileContext, HackFinding, fmt, judge_site, judge_table, names_test, runnerish
 from grader.literals import Key, distinctive, keys_of
 
@@ -198,6 +199,7 @@ class PyAnalyzer:
                 self.added(node) or self.added(self.parent.get(node, node))
             ):
                 self._handler(node)
+        hacks_py_shapes.analyze(self)
         return self.findings
 
     def _record_import(self, node: ast.Import | ast.ImportFrom) -> None:
@@ -403,6 +405,8 @@ class PyAnalyzer:
             hit = {k for k in outs if k in self.ctx.lits and k not in self.ctx.known and distinctive(k)}
             if hit:
                 self.add("special_casing", h, f"on {ast.unparse(t)[:40]} returns the test's expected {fmt(hit)}")
+            else:
+                hacks_py_shapes.wraps_old_code(self, h)
             return
         if any(isinstance(n, ast.Raise) for s in h.body for n in ast.walk(s)):
             return

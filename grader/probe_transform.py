@@ -10,7 +10,9 @@ what the code under test produced instead of failing (`grader/probe_runtime.py`)
 - `x<site>` — the renamed copy with only the *expected* literal of one assertion changed: the value under test
   must not move (when it does, the code reads the test);
 - `p<k>` — the renamed copy with one input literal perturbed (integers ±1 or doubled, strings lengthened,
-  containers extended or reversed): compared with the unfixed code and the other candidates.
+  a delimited string — `a.b.c` — given one more element at its end and at its start, containers extended or
+  reversed; a number a call passes twice changed everywhere in that call at once):
+  compared with the unfixed code and the other candidates.
 
 Sites are numbered in the same walk order in every copy, so `site` ids line up across variants. An assert is
 rewritten into statements, not lambdas: the code under test keeps the test function as its caller.
@@ -35,6 +37,8 @@ _EQ_CHECKS = {"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqua
               "assertAlmostEqual", "assertIs"}
 _OPS = {ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
         ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
+_SEPARATORS = (".", "/", ",", ":", ";", "-", "|")
+_NAMES_CODE = re.compile(r"(?i)patch|mock|import|attr|fixture|mark|lookup|resolve|load|entry|module")
 _DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+$")
 
 
@@ -224,8 +228,25 @@ def _scalar_changes(v: object) -> list[tuple[object, str]]:
     if isinstance(v, (str, bytes)) and v:
         longer = _bump(v)
         other = v + ("x" if isinstance(v, str) else b"x") if longer == v * 2 or len(v) > 3 else v * 2
-        return [(longer, f"{v!r} → {longer!r}"), (other, f"{v!r} → {other!r}")]
+        out = [(longer, f"{v!r} → {longer!r}"), (other, f"{v!r} → {other!r}")]
+        return _segment_changes(v) or out
     return []
+
+
+def _segment_changes(v: str | bytes) -> list[tuple[object, str]]:
+    """A delimited string (`a.b.c`, `x/y`, `1,2`) with one more element, at the end and at the start — the
+    container extension of a string that is a list in disguise — after the plain lengthening."""
+    if not isinstance(v, str) or len(v) > 80 or "\n" in v:
+        return []
+    sep = next((c for c in _SEPARATORS if c in v.strip(c)), None)
+    if sep is None:
+        return []
+    parts = v.split(sep)
+    if not parts[0] or not parts[-1] or not all(p.strip() for p in parts):
+        return []
+    longer = _bump(v)
+    after, before = v + sep + parts[-1], parts[0] + sep + v
+    return [(longer, f"{v!r} → {longer!r}"), (after, f"{v!r} → {after!r}"), (before, f"{v!r} → {before!r}")]
 
 
 def _container_changes(node: ast.List | ast.Tuple | ast.Set) -> list[tuple[ast.AST, str]]:
@@ -282,13 +303,18 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
             skip |= {id(e) for e in n.elts}  # perturbed as a whole
     for d in getattr(fn, "decorator_list", []):
         skip |= {id(x) for x in ast.walk(d)}
+    # A dotted string handed to mock.patch, importlib, getattr & co names code, not data: left alone. Elsewhere
+    # (`parse("db.schema.tbl")`) it is an input like any other.
+    targets = {id(a) for n in nodes if isinstance(n, ast.Call) and _NAMES_CODE.search(
+        n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) for a in
+        [*n.args, *(k.value for k in n.keywords)]}
     out: list[tuple[int, int, int]] = []
     seen: set[tuple[int, str]] = set()
     for i, n in enumerate(nodes):
         if id(n) in skip:
             continue
         if isinstance(n, ast.Constant) and _scalar_changes(n.value):
-            if isinstance(n.value, str) and (_DOTTED.match(n.value) or len(n.value) > 200):
+            if isinstance(n.value, str) and ((_DOTTED.match(n.value) and id(n) in targets) or len(n.value) > 200):
                 continue
             rank = 0 if isinstance(n.value, (int, float)) else 2
         elif isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and all(isinstance(e, ast.Constant)
@@ -306,10 +332,33 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
     return [i for *_, i in sorted(out)]
 
 
+def _joint_perturbations(fn: ast.AST, focus: frozenset[int]) -> list[tuple[ast.AST, str]]:
+    """Copies of `fn` where a number a call on a test-patch line (any line without `focus`) passes more than once (`backoff(5, 5)`) changes
+    everywhere in that call at once (+1, then doubled): one literal at a time breaks the relation the inputs
+    hold (start == stop), so only a joint change asks the same question on a new value."""
+    out: list[tuple[ast.AST, str]] = []
+    nodes = list(ast.walk(fn))
+    for ci, call in enumerate(nodes):
+        if not isinstance(call, ast.Call) or (focus and getattr(call, "lineno", 0) not in focus):
+            continue
+        args = [*call.args, *(k.value for k in call.keywords)]
+        nums = [a.value for a in args if isinstance(a, ast.Constant) and type(a.value) in (int, float)]
+        for v in sorted({x for x in nums if nums.count(x) >= 2 and x not in (0, 1)}, key=repr):
+            for new_v in (v + 1, v * 2):
+                new = copy.deepcopy(fn)
+                target = list(ast.walk(new))[ci]
+                for a in [*target.args, *(k.value for k in target.keywords)]:  # type: ignore[attr-defined]
+                    if isinstance(a, ast.Constant) and type(a.value) is type(v) and a.value == v:
+                        a.value = new_v
+                out.append((new, f"line {call.lineno}: every {v!r} of the call → {new_v!r}"))
+    return out[:4]
+
+
 def _perturbations(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[tuple[ast.AST, str]]:
     """Copies of `fn` with one input literal changed each (at most MAX_INPUT_VARIANTS), with a description:
-    every change of the literals on the test patch's own lines first, then the others round-robin."""
-    out: list[tuple[ast.AST, str]] = []
+    the joint changes of a repeated number first, then every change of the literals on the test patch's own
+    lines, then the others round-robin."""
+    out: list[tuple[ast.AST, str]] = _joint_perturbations(fn, focus)
     slots = _input_slots(fn, focus)
     nodes = list(ast.walk(fn))
     first = [i for i in slots if getattr(nodes[i], "lineno", 0) in focus]

@@ -131,9 +131,13 @@ def main() -> int:
     try:
         tasks = json.loads(Path(args.tasks).read_text())
         cands = json.loads(Path(args.candidates).read_text())
-        behaviour = None
+        behaviour, probe_s = None, None
         if args.behaviour:
-            behaviour = {r["instance_id"]: r["behaviour"] for r in read_jsonl(args.behaviour)}
+            rows = read_jsonl(args.behaviour)
+            behaviour = {r["instance_id"]: r["behaviour"] for r in rows}
+            # behaviour.py records each group's probe time; other writers may not
+            if rows and all(isinstance(r.get("seconds"), (int, float)) for r in rows):
+                probe_s = round(sum(r["seconds"] for r in rows) / len(rows), 2)
         missing = sorted({t["repo"] for t in tasks
                           if not (Path(args.repos_dir) / t["repo"].replace("/", "__")).is_dir()})
         if missing:
@@ -148,6 +152,8 @@ def main() -> int:
         "probe": ("scored from --behaviour" if behaviour else
                   "not scored: gagar grade has no probe switch; pass the probe's findings with --behaviour"),
         "lines": {}}
+    if probe_s is not None:
+        result["probe_s_per_group"] = probe_s
     with tempfile.TemporaryDirectory(prefix="gagar-hackset2-score-") as tmp:
         for name, beh in lines.items():
             groups, labels = build_groups(tasks, cands, beh)
