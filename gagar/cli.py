@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("sandbox.cli", "eval_main", "evaluate predictions in the Docker sandbox (SWE-bench compatible)"),
     "image": ("sandbox.cli", "image_main", "build or list sandbox images: base (offline, debootstrap) and environment images"),
     "validate": ("sandbox.env.validate", "main", "check tasks: gold resolves, base fails, no flaky tests (repeats)"),
+    "tasks": ("synth.cli", "main", "task sets: `gagar tasks synth` makes validated bug-fix tasks from real projects"),
     "sandbox": ("sandbox.cli", "sandbox_main", "sandbox maintenance: `gagar sandbox gc` removes leftovers"),
     "grade": ("grader.cli", "main", "rank the passing candidates of groups (heuristic or LLM judge)"),
     "serve": ("grader.serve", "main", "serve a transformers model over the OpenAI chat API"),
