@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class Options:
     heldout: float = 0.25  # share of repositories held out
     env_specs: dict | None = None
     progress: bool = True
+    stop: threading.Event = field(default_factory=threading.Event)  # set: every evaluation ends early
+    lane_workers: int = 1  # containers per project when projects run side by side (set by `synthesize`)
 
     def settings(self) -> dict[str, Any]:
         return {"seed": self.seed, "max_tasks": self.max_tasks, "max_fail": self.max_fail, "repeats": self.repeats,
@@ -77,11 +80,16 @@ class ProjectRun:
     stats: dict[str, Any] = field(default_factory=dict)
     base_commit: str | None = None
     sha256: str | None = None
+    spec: dict[str, Any] | None = None  # the environment spec used (before the coverage pins): the manifest's `env`
 
 
 def _say(opts: Options, msg: str) -> None:
     if opts.progress:
         print(msg, file=sys.stderr, flush=True)
+
+
+class Interrupted(Exception):
+    """The run was stopped (Ctrl-C, SIGTERM): a project's pipeline ends where it is; a re-run resumes it."""
 
 
 class _Project:
@@ -99,20 +107,30 @@ class _Project:
         self.groups: dict[tuple[str, str], val.Group] = {}
         self.repeated_groups: set[str] = set()
         self.suite_runs: list[EvalResult] = []
+        self.baseline_run: EvalResult | None = None
+        self.passing: set[str] = set()
         self.baseline_flaky: list[str] = []
 
     def evaluate(self, timeout: float) -> None:
+        from sandbox.report import read_results
         from sandbox.run import evaluate_predictions
 
         todo = [p for k, p in self.preds.items() if k not in self.results]
         if not todo:
             return
-        config = val.sandbox_config(self.p.clone.parent, timeout=timeout, max_workers=self.opts.max_workers,
+        recorded = read_results(self.run_dir / "results.jsonl", warn=False)
+        reused = {k for k, r in recorded.items() if r.status != "infra_error"}  # infra errors are retried
+        if self.opts.stop.is_set():
+            raise Interrupted
+        config = val.sandbox_config(self.p.clone.parent, timeout=timeout, max_workers=self.opts.lane_workers,
                                     run_id=self.run_id)
         got = evaluate_predictions(self.instances, list(self.preds.values()), config, run_dir=self.run_dir,
-                                   progress=self.opts.progress)
+                                   progress=False, stop=self.opts.stop)
+        if self.opts.stop.is_set():
+            raise Interrupted
         self.results = {r.key: r for r in got}
-        self.new_runs += sum(1 for p in todo if (p.instance_id, p.rollout_id) in self.results)
+        self.new_runs += sum(1 for p in todo if (p.instance_id, p.rollout_id) in self.results
+                             and (p.instance_id, p.rollout_id) not in reused)
 
     def baseline(self) -> val.Baseline:
         inst = val.baseline_instance(self.p, self.env, self.run_id)
@@ -124,18 +142,18 @@ class _Project:
         if res is None:
             return val.Baseline(error="the baseline run did not finish")
         base = val.read_baseline(res)
-        if base.error or self.opts.repeats < 2:
+        self.baseline_run = res
+        n_suite = self.opts.repeats - 2  # the clean tree's repeats: this run, these, and each group's own run
+        if base.error or n_suite < 1:
             return base
         suite = val.suite_instance(self.p, self.env, base)
-        self.suite_id = suite.instance_id
         self.instances[suite.instance_id] = suite
-        for k in range(2, self.opts.repeats + 1):
-            pred = val.clean_prediction(suite.instance_id, k)
-            self.preds[pred.instance_id, pred.rollout_id] = pred
+        keys = [(suite.instance_id, f"clean-{k}") for k in range(2, 2 + n_suite)]
+        for iid, rid in keys:
+            self.preds[iid, rid] = Prediction(iid, val.NOOP_PATCH, "gagar-synth", rid)
         self.evaluate(self.opts.timeout)
-        self.suite_runs = [self.results[(suite.instance_id, f"clean-{k}")] for k in range(2, self.opts.repeats + 1)
-                           if (suite.instance_id, f"clean-{k}") in self.results]
-        if len(self.suite_runs) < self.opts.repeats - 1:
+        self.suite_runs = [self.results[k] for k in keys if k in self.results]
+        if len(self.suite_runs) < n_suite:
             base.error = "the repeats of the whole suite did not finish"
         self.baseline_flaky = val.drop_flaky_baseline(base, self.suite_runs)
         return base
@@ -177,7 +195,8 @@ class _Project:
         for c in batch:
             gid = c.group.gid
             bug = [self.results.get((gid, f"bug-{c.mutation.key}-{k}")) for k in range(1, r + 1)]
-            clean = [self.results.get((gid, "clean-1")), *(val.project(s, c.group.tests) for s in self.suite_runs)]
+            clean = [self.results.get((gid, "clean-1")), val.project(self.baseline_run, c.group.tests, self.passing),
+                     *(val.project(s, c.group.tests) for s in self.suite_runs)]
             if any(x is None for x in [*bug, *clean]):
                 c.dropped = "repeats did not finish"
                 continue
@@ -188,9 +207,13 @@ class _Project:
 
 def _candidates(prepared: src_mod.Prepared, base: val.Baseline, opts: Options, stats: dict[str, Any]):
     muts = [m for path in sorted(prepared.sources) for m in find_mutations(path, prepared.sources[path], opts.kinds)]
-    cov = [m for m in muts if val.covered(m, base)]
-    stats["candidates"] = {"found": len(muts), "covered": len(cov),
-                           "by_kind_covered": dict(Counter(m.kind for m in cov))}
+    counts = {m.key: val.covering(m, base) for m in muts}
+    # Only tests that execute a line can fail because of it: a line fewer than K tests run can never break too
+    # many, and one that more than 2K tests run nearly always does (measured on tabulate: 170-208 of 195-239).
+    cov = [m for m in muts if 0 < counts[m.key] <= 2 * opts.max_fail]
+    stats["candidates"] = {"found": len(muts), "covered": sum(1 for n in counts.values() if n),
+                           "too_central": sum(1 for n in counts.values() if n > 2 * opts.max_fail),
+                           "tried_from": len(cov), "by_kind": dict(Counter(m.kind for m in cov))}
     return iter_candidates(cov, opts.seed, Checker(prepared.sources), per_function=opts.per_function,
                            kinds=opts.kinds)
 
@@ -198,7 +221,7 @@ def _candidates(prepared: src_mod.Prepared, base: val.Baseline, opts: Options, s
 def _screen_timeout(base: val.Baseline, opts: Options) -> float:
     """A selection runs a part of the suite without coverage: twice the whole baseline (coverage on) is ample,
     and an infinite loop a bug makes costs no more than that."""
-    return min(opts.timeout, max(30.0, 2 * base.duration_s))
+    return min(opts.timeout, max(20.0, 2 * base.duration_s))
 
 
 def run_project(source: src_mod.Source, opts: Options) -> ProjectRun:
@@ -213,6 +236,7 @@ def run_project(source: src_mod.Source, opts: Options) -> ProjectRun:
         prepared = src_mod.prepare(source, opts.out, state)
     except src_mod.SourceError as exc:
         out.reason = str(exc)
+        _say(opts, f"{out.repo}: skipped — {out.reason}")
         return out
     out.base_commit, out.sha256 = prepared.base_commit, prepared.sha256
     atomic_write_text(state_path, json.dumps({"base_commit": prepared.base_commit, "sha256": prepared.sha256}) + "\n")
@@ -222,15 +246,18 @@ def run_project(source: src_mod.Source, opts: Options) -> ProjectRun:
 
         found = spec_for(Instance("", out.repo, "", "", "", [], [], version=prepared.version), opts.env_specs)
         spec = found.to_dict() if found else None
+    out.spec = spec
     env = val.env_for(prepared, spec)
     proj = _Project(prepared, env, opts)
     _say(opts, f"{out.repo}: baseline (whole suite under coverage)")
     base = proj.baseline()
+    proj.passing = base.passing
     stats: dict[str, Any] = {"baseline": {"passing": len(base.passing), "failing": len(base.failing),
                                           "flaky": len(proj.baseline_flaky), "duration_s": round(base.duration_s, 2)}}
     out.stats = stats
     if base.error:
         out.reason = base.error
+        _say(opts, f"{out.repo}: skipped — {out.reason}")
         stats["runs"] = proj.new_runs
         stats["wall_s"] = round(time.monotonic() - t0, 1)
         return out
@@ -267,6 +294,8 @@ def run_project(source: src_mod.Source, opts: Options) -> ProjectRun:
     _finish(out, proj, screened, stats, opts)
     stats["runs"] = proj.new_runs
     stats["wall_s"] = round(time.monotonic() - t0, 1)
+    _say(opts, f"{out.repo}: {len(out.tasks)} tasks ({stats['runs']} test runs, {stats['wall_s']:.0f} s)"
+         if out.tasks else f"{out.repo}: no task — {out.reason}")
     return out
 
 
@@ -360,7 +389,7 @@ def write_outputs(runs: list[ProjectRun], opts: Options, wall_s: float) -> dict[
     screened = sum(r.stats.get("screened", 0) for r in runs)
     manifest = {
         "format": FORMAT, **opts.settings(),
-        "sources": [{**r.source.to_dict(), "repo": r.repo, "sha256": r.sha256 or r.source.sha256,
+        "sources": [{**r.source.to_dict(), "repo": r.repo, "sha256": r.sha256 or r.source.sha256, "env": r.spec,
                      "base_commit": r.base_commit, "status": r.status, "reason": r.reason, "stats": r.stats}
                     for r in runs],
         "totals": {"tasks": len(tasks), "projects_ok": sum(r.status == "ok" for r in runs),
@@ -374,10 +403,33 @@ def write_outputs(runs: list[ProjectRun], opts: Options, wall_s: float) -> dict[
 
 
 def synthesize(sources: list[src_mod.Source], opts: Options) -> dict[str, Any]:
+    """Every source's project, `opts.max_workers` projects at a time (each with its share of the containers:
+    one project's builds and run tails overlap another's tests), then the output files. Ctrl-C or SIGTERM stops
+    every project's evaluation (what finished is kept for the re-run) and raises KeyboardInterrupt."""
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    from sandbox.run import _signals_raise
+
     t0 = time.monotonic()
-    runs = []
-    for source in sources:
-        run = run_project(source, opts)
-        _say(opts, f"{run.repo}: {len(run.tasks)} tasks" if run.status == "ok" else f"{run.repo}: skipped — {run.reason}")
-        runs.append(run)
+    lanes = max(1, min(opts.max_workers, len(sources)))
+    opts.lane_workers = max(1, opts.max_workers // lanes)
+    pool = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="gagar-synth")
+    futures = []
+    with _signals_raise(opts.stop):
+        try:
+            futures = [pool.submit(run_project, s, opts) for s in sources]
+            pending = set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
+                for f in futures:
+                    if f.done() and f.exception() is not None:
+                        raise f.exception()  # type: ignore[misc]
+        except BaseException:
+            opts.stop.set()
+            for f in futures:
+                f.cancel()
+            pool.shutdown(wait=True)
+            raise
+    pool.shutdown(wait=True)
+    runs = [f.result() for f in futures]
     return write_outputs(runs, opts, time.monotonic() - t0)

@@ -6,10 +6,13 @@ whole task set to it).
 
 from __future__ import annotations
 
+import re
+
 MAX_TESTS = 5
 MAX_MESSAGE_LINES = 3
 MAX_LINE = 240
 MIN_LEAK = 6  # shorter changed lines (`pass`, `else:`, `)`) are everywhere in prose and carry no bug
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")  # `<object at 0x7f…>` differs per run: the text must not
 
 
 class Leak(ValueError):
@@ -36,7 +39,7 @@ def leaks(text: str, patch: str) -> list[str]:
 def _message_lines(message: str, patch: str) -> list[str]:
     out = []
     for line in message.splitlines():
-        line = line.strip()
+        line = _ADDRESS.sub("0x…", line.strip())
         if not line or line.startswith(("Use -v", "Full diff:")) or leaks(line, patch):
             continue
         out.append(line if len(line) <= MAX_LINE else line[:MAX_LINE - 1] + "…")

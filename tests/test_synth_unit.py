@@ -15,7 +15,7 @@ from synth.factory import ProjectRun, split_repos
 from synth.mutate import find_mutations
 from synth.sources import Source, SourceError, prepare
 from synth.statement import Leak, leaks, problem_statement
-from synth.validate import Baseline, covered, pytest_cmd, read_coverage
+from synth.validate import Baseline, covering, pytest_cmd, read_coverage
 
 GOLD = """\
 diff --git a/pkg/m.py b/pkg/m.py
@@ -51,8 +51,9 @@ def test_leak_check_finds_a_quoted_line_and_a_leaking_test_name_drops_the_task()
 
 def test_statement_lists_at_most_five_tests() -> None:
     tests = [f"t.py::test_{i}" for i in range(8)]
-    text = problem_statement("mod", tests, {}, GOLD)
+    text = problem_statement("mod", tests, {"t.py::test_0": "assert <object at 0x7f7d1963faf0> == 3"}, GOLD)
     assert text.count("- `t.py::") == 5 and "and 3 more" in text
+    assert "<object at 0x…> == 3" in text  # run-specific addresses never make two runs' statements differ
 
 
 def _git_repo(root: Path, files: dict[str, str]) -> Path:
@@ -133,12 +134,15 @@ def test_coverage_data_is_read_per_line_and_test(tmp_path: Path) -> None:
     base = Baseline(passing={"tests/t.py::test_a"}, coverage=cov)
     src = "def f(x):\n    if x > 1:\n        return 2\n    return 3\n"
     by_line = {m.lines[0] for m in find_mutations("pkg/m.py", src)}
-    assert {m.lines[0] for m in find_mutations("pkg/m.py", src) if covered(m, base)} == by_line & {2, 3}
+    assert {m.lines[0] for m in find_mutations("pkg/m.py", src) if covering(m, base)} == by_line & {2, 3}
+    base.passing.add("tests/t.py::test_b[1]")
+    assert {covering(m, base) for m in find_mutations("pkg/m.py", src) if m.lines == (3, 3)} == {2}
 
 
 def test_pytest_cmd_quotes_ids_and_clears_ini_addopts() -> None:
     cmd = pytest_cmd(["-p", "no:randomly"], ["tests/t.py::T::test_a", "tests/t.py::test b"])
-    assert cmd == "python -m pytest -rA -o addopts= -p no:randomly tests/t.py::T::test_a 'tests/t.py::test b'"
+    assert cmd == ("python -m pytest -rA -o addopts= -p no:randomly -p no:pytest_cov tests/t.py::T::test_a "
+                   "'tests/t.py::test b'")
     assert pytest_cmd([], ["tests"], coverage=True).startswith('COVERAGE_FILE="$GAGAR_REPORT_DIR/coverage.db" ')
 
 
