@@ -28,7 +28,8 @@ from sandbox.records import EvalResult, Instance, Prediction
 from sandbox.report import atomic_write_text
 from synth import sources as src_mod
 from synth import validate as val
-from synth.mutate import KINDS, Checker, Mutation, find_mutations, iter_candidates
+from synth.mutate import KINDS, Mutation, find_mutations
+from synth.order import Checker, iter_candidates
 from synth.statement import Leak, problem_statement
 
 FORMAT = 1

@@ -19,16 +19,13 @@ parses and its AST differs from the original's. Kinds (`KINDS`):
 | `remove_return` | a `return` with a value removed (`pass` if it was alone in its block) |
 | `wrong_variable` | a read of a local variable replaced by another local already defined above it |
 
-`order_candidates` gives the deterministic, seed-dependent order in which candidates are screened: round robin over
-the kinds (each kind shuffled by the seed), at most `per_function` per function, no two with the same result.
+`synth.order` checks them and gives the seed's order in which they are tried.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import itertools
-import random
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -82,7 +79,7 @@ class Mutation:
         return h.hexdigest()[:12]
 
 
-class _Text:
+class SourceText:
     """The file text with AST positions (line, UTF-8 byte column) turned into character offsets."""
 
     def __init__(self, source: str) -> None:
@@ -127,7 +124,7 @@ def _int_value(node: ast.AST) -> int | None:
     return None
 
 
-def _shift(t: _Text, node: ast.AST, delta: int) -> Edit | None:
+def _shift(t: SourceText, node: ast.AST, delta: int) -> Edit | None:
     """The edit that makes the integer expression `node` one more (`delta=1`) or one less."""
     a, b = t.span(node)
     value = _int_value(node)
@@ -147,14 +144,14 @@ def _shift(t: _Text, node: ast.AST, delta: int) -> Edit | None:
     return Edit(a, b, f"{_parens(text, node)} {'+' if delta > 0 else '-'} 1")
 
 
-def _gap(t: _Text, left: ast.AST, right: ast.AST) -> tuple[int, int]:
+def _gap(t: SourceText, left: ast.AST, right: ast.AST) -> tuple[int, int]:
     return t.span(left)[1], t.span(right)[0]
 
 
 class _Function:
     """One function's own nodes (nested functions and classes are functions of their own)."""
 
-    def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, t: _Text, path: str) -> None:
+    def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str, t: SourceText, path: str) -> None:
         self.node, self.qualname, self.t, self.path = node, qualname, t, path
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
         self.lines = (first, node.end_lineno or node.lineno)
@@ -434,7 +431,7 @@ _GENERATORS: dict[str, Callable[[_Function], Iterable[Mutation | None]]] = {
 assert tuple(_GENERATORS) == KINDS
 
 
-def _functions(tree: ast.Module, t: _Text, path: str) -> Iterator[_Function]:
+def _functions(tree: ast.Module, t: SourceText, path: str) -> Iterator[_Function]:
     def visit(node: ast.AST, prefix: str) -> Iterator[_Function]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -449,10 +446,6 @@ def _functions(tree: ast.Module, t: _Text, path: str) -> Iterator[_Function]:
     yield from visit(tree, "")
 
 
-def _dump(tree: ast.AST) -> str:
-    return ast.dump(tree, annotate_fields=False, include_attributes=False)
-
-
 def find_mutations(path: str, source: str, kinds: Iterable[str] = KINDS) -> list[Mutation]:
     """Every candidate bug of the given kinds in the functions of one file, in source order, unchecked (a few
     do not parse or change nothing: `Checker` finds them). A file that does not parse (or has lone carriage
@@ -463,78 +456,5 @@ def find_mutations(path: str, source: str, kinds: Iterable[str] = KINDS) -> list
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
-    t = _Text(source)
+    t = SourceText(source)
     return [m for fn in _functions(tree, t, path) for kind in kinds for m in _GENERATORS[kind](fn) if m is not None]
-
-
-class Checker:
-    """Checks candidates against their files: the function still parses and its AST changed. Each check parses
-    one function, not the file (parsing a big file per candidate costs minutes), so only the candidates that
-    are screened pay for it. `result(m)` is the function's new text, or None for a broken or no-op edit."""
-
-    def __init__(self, sources: dict[str, str]) -> None:
-        self.sources = sources
-        self._texts: dict[str, _Text] = {}
-        self._dumps: dict[tuple[str, int, int], str | None] = {}
-
-    def result(self, m: Mutation) -> str | None:
-        source = self.sources[m.path]
-        t = self._texts.get(m.path) or self._texts.setdefault(m.path, _Text(source))
-        lo, hi = t.line_start(m.func_lines[0]), t.line_end(m.func_lines[1])
-        key = (m.path, lo, hi)
-        if key not in self._dumps:
-            self._dumps[key] = _parse_dump(source[lo:hi])
-        original = self._dumps[key]
-        new = source[lo:hi]
-        for e in sorted(m.edits, key=lambda e: e.start, reverse=True):
-            new = new[:e.start - lo] + e.text + new[e.end - lo:]
-        dump = _parse_dump(new)
-        return new if original is not None and dump is not None and dump != original else None
-
-
-def _parse_dump(function_text: str) -> str | None:
-    """The AST dump of a function's text (indented methods are parsed under an `if 1:`), None if it is broken."""
-    text = function_text if not function_text[:1].isspace() else "if 1:\n" + function_text
-    try:
-        return _dump(ast.parse(text))
-    except (SyntaxError, ValueError):
-        return None
-
-
-def iter_candidates(muts: Iterable[Mutation], seed: int, checker: Checker, *, per_function: int = 3,
-                    kinds: Iterable[str] = KINDS) -> Iterator[Mutation]:
-    """The screening order for a seed: round robin over `kinds`, each kind's candidates shuffled by the seed
-    (sorted by key first, so the input order does not matter), at most `per_function` per function, only
-    candidates the checker accepts, never two that make the same code. Lazy: only what is taken is checked."""
-    by_kind: dict[str, list[Mutation]] = {k: [] for k in kinds}
-    for m in muts:
-        if m.kind in by_kind:
-            by_kind[m.kind].append(m)
-    for k, ms in by_kind.items():
-        ms.sort(key=lambda m: m.key)
-        random.Random(f"{seed}:{k}").shuffle(ms)
-    per_fn: dict[tuple[str, str], int] = {}
-    made: set[tuple[str, int, str]] = set()
-    queues = {k: iter(ms) for k, ms in by_kind.items()}
-    while queues:
-        for k in list(queues):
-            for m in queues[k]:
-                fn = (m.path, m.function)
-                if per_fn.get(fn, 0) >= per_function:
-                    continue
-                new = checker.result(m)
-                if new is None or (m.path, m.func_lines[0], new) in made:
-                    continue
-                made.add((m.path, m.func_lines[0], new))
-                per_fn[fn] = per_fn.get(fn, 0) + 1
-                yield m
-                break
-            else:
-                del queues[k]
-
-
-def order_candidates(muts: Iterable[Mutation], seed: int, checker: Checker, *, per_function: int = 3,
-                     kinds: Iterable[str] = KINDS, limit: int | None = None) -> list[Mutation]:
-    """The first `limit` (all, without one) of `iter_candidates`."""
-    it = iter_candidates(muts, seed, checker, per_function=per_function, kinds=kinds)
-    return list(it if limit is None else itertools.islice(it, limit))

@@ -102,8 +102,9 @@ class Source:
         return f"local/{name}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v not in (None, [], "HEAD") or k in ("sdist", "path")
-                and v is not None}
+        """The non-default fields (what a sources file would say)."""
+        defaults = Source()
+        return {k: v for k, v in asdict(self).items() if v != getattr(defaults, k)}
 
 
 @dataclass

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from synth.mutate import KINDS, Checker, find_mutations, iter_candidates, order_candidates
+from synth.mutate import KINDS, find_mutations
+from synth.order import Checker, iter_candidates, order_candidates
 from synth.sources import Source, diffs, prepare, write_commits
 
 SOURCE = '''\
