@@ -2,8 +2,7 @@
 
 `find_mutations(path, source)` lists every candidate bug in the functions of one file. Each `Mutation` is a set
 of text edits located through the AST (node positions, never a reformatting unparse), so the diff shows only the
-bug: `a < b` becomes `a <= b`, and nothing else on the line moves. A candidate is kept only when the edited file
-parses and its AST differs from the original's. Kinds (`KINDS`):
+bug: `a < b` becomes `a <= b`, and nothing else on the line moves. Kinds (`KINDS`):
 
 | kind | edit |
 |---|---|
