@@ -226,8 +226,20 @@ def _screen_timeout(base: val.Baseline, opts: Options) -> float:
 
 
 def run_project(source: src_mod.Source, opts: Options) -> ProjectRun:
-    t0 = time.monotonic()
+    """One project from source to tasks; a project that cannot give tasks comes back `skipped` with the reason."""
     out = ProjectRun(source, source.repo_name())
+    try:
+        return _run_project(out, opts)
+    except (src_mod.SourceError, OSError) as exc:  # a git or file failure in this project: the others go on
+        out.status, out.tasks, out.meta = "skipped", [], []
+        out.reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
+        _say(opts, f"{out.repo}: skipped — {out.reason}")
+        return out
+
+
+def _run_project(out: ProjectRun, opts: Options) -> ProjectRun:
+    t0 = time.monotonic()
+    source = out.source
     state_path = opts.out / "work" / out.repo.replace("/", "__") / "state.json"
     try:
         state = json.loads(state_path.read_text()) if state_path.is_file() else {}

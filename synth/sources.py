@@ -77,6 +77,13 @@ class Source:
             raise ValueError(f"{where}: sdist {src.sdist!r} is not NAME==VERSION (e.g. toolz==1.0.0)")
         if src.repo is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", src.repo):
             raise ValueError(f"{where}: repo {src.repo!r} is not owner/name")
+        if src.env is not None:
+            from sandbox.env.spec import EnvSpec, SpecError
+
+            try:
+                EnvSpec.from_dict(src.env, f"{where}: env")
+            except SpecError as exc:
+                raise ValueError(str(exc)) from exc
         if src.split not in (None, "train", "heldout"):
             raise ValueError(f"{where}: split must be `train` or `heldout`, got {src.split!r}")
         for key in ("tests", "pytest_args"):

@@ -91,6 +91,7 @@ def test_local_source_naming_and_bad_inputs(tmp_path: Path) -> None:
     ({"path": "/x", "split": "test"}, "split"),
     ({"path": "/x", "tesst": []}, "unknown key"),
     ({"path": "/x", "repo": "noslash"}, "owner/name"),
+    ({"path": "/x", "env": {"pyhton": "3.11"}}, "unknown env spec key"),
 ])
 def test_source_rows_are_checked(row: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
