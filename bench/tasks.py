@@ -38,15 +38,15 @@ class LoadSampler(threading.Thread):
 
     def __init__(self, every: float = 10.0) -> None:
         super().__init__(daemon=True)
-        self.every, self.samples, self._stop = every, [], threading.Event()
+        self.every, self.samples, self._halt = every, [], threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self.samples.append(round(os.getloadavg()[0], 2))
-            self._stop.wait(self.every)
+            self._halt.wait(self.every)
 
     def stop(self) -> dict:
-        self._stop.set()
+        self._halt.set()
         self.join()
         s = sorted(self.samples) or [0.0]
         return {"min": s[0], "median": s[len(s) // 2], "max": s[-1], "samples": len(self.samples)}

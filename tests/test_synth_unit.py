@@ -142,8 +142,8 @@ def test_coverage_data_is_read_per_line_and_test(tmp_path: Path) -> None:
 
 def test_pytest_cmd_quotes_ids_and_clears_ini_addopts() -> None:
     cmd = pytest_cmd(["-p", "no:randomly"], ["tests/t.py::T::test_a", "tests/t.py::test b"])
-    assert cmd == ("python -m pytest -rA -o addopts= -p no:randomly -p no:pytest_cov tests/t.py::T::test_a "
-                   "'tests/t.py::test b'")
+    assert cmd == ("PYTHONHASHSEED=0 python -m pytest -rA -o addopts= -p no:randomly -p no:pytest_cov "
+                   "tests/t.py::T::test_a 'tests/t.py::test b'")
     assert pytest_cmd([], ["tests"], coverage=True).startswith('COVERAGE_FILE="$GAGAR_REPORT_DIR/coverage.db" ')
 
 
