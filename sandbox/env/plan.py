@@ -23,7 +23,8 @@ from sandbox.env.spec import EnvSpec, SpecError, spec_for
 from sandbox.env.toolchains import ALL_RECIPES, GoMod, ToolchainError, base_for, parse_go_mod
 
 ENV_FORMAT = 2  # bumped when the build procedure changes, so old environment images stop matching
-FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "go": "go", "junit": "java"}
+FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "django": "python", "sympy": "python", "go": "go",
+                      "junit": "java"}
 GO_MODCACHE = "/opt/gomodcache"
 
 
@@ -58,12 +59,20 @@ class EnvPlan:
     toolchain: str
     spec: EnvSpec
     go_download: bool = False  # download go.mod's modules at build (no vendor/ at the commit)
+    # SWE-bench's `requirements.txt` / `environment.yml`, read from the repo at `commit` (sandbox.env.swebench):
+    # pip requirement lines that must install, and conda packages installed with pip where PyPI has them.
+    requirements: tuple[str, ...] = ()
+    conda: tuple[str, ...] = ()
+    requirements_from: str | None = None
 
     @property
     def hash(self) -> str:
         doc = {"format": ENV_FORMAT, "base": ALL_RECIPES[self.base].hash, "repo": self.repo, "commit": self.commit,
                "language": self.language, "toolchain": self.toolchain, "spec": self.spec.to_dict(),
                "go_download": self.go_download}
+        if self.requirements or self.conda:  # only then: older plans keep their hashes (and their images)
+            doc["resolved"] = {"requirements": list(self.requirements), "conda": list(self.conda),
+                               "conda_install": "pip --ignore-installed"}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     @property
@@ -80,8 +89,12 @@ class EnvPlan:
         bits = [f"{self.language} {self.toolchain}"]
         if s.apt_packages:
             bits.append(f"{len(s.apt_packages)} apt")
-        if s.packages:
+        if self.requirements_from:
+            bits.append(f"{len(self.requirements)} from {self.requirements_from}")
+        elif s.packages:
             bits.append(f"-r {s.packages}")
+        if self.conda:
+            bits.append(f"{len(self.conda)} conda→pip")
         if s.pip_packages:
             bits.append(f"{len(s.pip_packages)} pip")
         if self.go_download:
@@ -145,14 +158,39 @@ def plan_instance(instance: Any, repos_dir: Path | None, specs: dict[str, dict[s
     except ToolchainError as exc:
         where = "go.mod" if lang == "go" and not spec.go else f"env.{lang}"
         raise EnvInputError(f"instance {instance.instance_id}: {exc} (asked by {where})") from exc
-    if spec.packages and _file_at(clone, commit, spec.packages) is None:
-        raise EnvInputError(f"instance {instance.instance_id}: `packages` file {spec.packages!r} does not exist in "
-                            f"{instance.repo} at {commit[:12]}")
+    reqs, conda, reqs_from = _resolve_packages(instance, spec, clone, commit)
     vendored = lang == "go" and _file_at(clone, commit, "vendor/modules.txt") is not None
     go_download = bool(gomod and gomod.requires and not vendored)
     test_env = {"GOFLAGS": "-mod=vendor"} if vendored else {}
-    installs = spec.apt_packages or spec.packages or spec.pip_packages or spec.pre_install or spec.install
+    installs = (spec.apt_packages or spec.packages or spec.conda_packages or spec.pip_packages or spec.pre_install
+                or spec.install)
     if not installs and not go_download:
         return EnvTarget(f"{base}:latest", base=base, test_env=test_env)  # toolchain choice only: no env layer
-    plan = EnvPlan(instance.repo, clone, commit, lang, base, version, spec, go_download)
+    plan = EnvPlan(instance.repo, clone, commit, lang, base, version, spec, go_download, reqs, conda, reqs_from)
     return EnvTarget(plan.ref, plan=plan, base=base, test_env=test_env)
+
+
+def _resolve_packages(instance: Any, spec: EnvSpec, clone: Path, commit: str
+                      ) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """(pip requirement lines, conda packages, the file they came from) for the spec's `packages`: SWE-bench's
+    `requirements.txt` and `environment.yml` are found and read where SWE-bench looks (sandbox.env.swebench);
+    any other value is a requirements file that must exist at the commit (pip reads it at build)."""
+    from sandbox.env.swebench import environment_yml, requirements
+
+    def read(path: str) -> str | None:
+        raw = _file_at(clone, commit, path)
+        return raw.decode(errors="replace") if raw is not None else None
+
+    where = f"instance {instance.instance_id}: `packages`"
+    try:
+        if spec.packages == "requirements.txt":
+            path, lines = requirements(instance.repo, read)
+            return tuple(lines), spec.conda_packages, path
+        if spec.packages == "environment.yml":
+            path, conda, pip = environment_yml(instance.repo, read)
+            return tuple(pip), (*spec.conda_packages, *conda), path
+    except ValueError as exc:
+        raise EnvInputError(f"{where} {spec.packages!r}: {exc} in {instance.repo} at {commit[:12]}") from exc
+    if spec.packages and read(spec.packages) is None:
+        raise EnvInputError(f"{where} file {spec.packages!r} does not exist in {instance.repo} at {commit[:12]}")
+    return (), spec.conda_packages, None

@@ -12,8 +12,12 @@ if TYPE_CHECKING:
 __all__ = ["RolloutBackend", "Sample", "make_backend"]
 
 
-def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str) -> RolloutBackend:
-    """Map the train config onto `inference`: transformers samples from the training model itself."""
+def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str, *,
+                 base_path: str | None = None) -> RolloutBackend:
+    """Map the train config onto `inference`: transformers samples from the training model itself. `base_path`:
+    the weights under the trainer's LoRA adapter (a warm-started or resumed base; default the configured model),
+    which an in-process vLLM engine must load for the adapters it receives to mean anything."""
+    base = base_path or cfg.model.name_or_path
     backend = cfg.rollout.backend
     if backend == "transformers":
         from inference.hf import TransformersBackend
@@ -31,6 +35,6 @@ def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str) ->
             raise RuntimeError("rollout.backend=vllm pushes LoRA adapters only; set lora.enabled: true")
         from inference.vllm import VLLMBackend
 
-        return VLLMBackend.for_policy(cfg.model.name_or_path, lora_rank=cfg.lora.r, dtype=cfg.model.dtype,
+        return VLLMBackend.for_policy(base, lora_rank=cfg.lora.r, dtype=cfg.model.dtype,
                                       seed=cfg.seed, tokenizer=tokenizer, work_dir=work_dir)
     raise ValueError(f"unknown rollout backend {backend!r}")
