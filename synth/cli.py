@@ -8,6 +8,11 @@ DIR/repos`), DIR/splits.json, DIR/manifest.json (sources with sha256, settings, 
 DIR/manifest.json` reproduces the set) and DIR/tasks_meta.jsonl (each task's bug kind and place: kept out of the
 instances, which must not reveal the bug). Exit 0 when the run completed (projects that gave no task are listed
 with the reason), 2 on bad input, 130 when interrupted (a re-run resumes).
+
+    gagar tasks repos SET --out DIR
+
+Rebuilds the task repositories of a set (SET/manifest.json, instances.jsonl, tasks_meta.jsonl) into DIR/repos
+without running a test, checking every commit and patch against the set (exit 1 on a difference).
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from pathlib import Path
 from synth.mutate import KINDS
 
 
-def _err(msg: str) -> int:
-    print(f"gagar tasks synth: error: {msg}", file=sys.stderr)
+def _err(msg: str, cmd: str = "synth") -> int:
+    print(f"gagar tasks {cmd}: error: {msg}", file=sys.stderr)
     return 2
 
 
@@ -48,11 +53,42 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--heldout", type=float, help="share of repositories held out (default 0.25)")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds per test run at most (default 300)")
     s.add_argument("--quiet", action="store_true", help="no progress output")
+    r = sub.add_parser("repos", help="rebuild a synthesized set's task repositories (no tests run)",
+                       description="Rebuild the task repositories of a set made by `gagar tasks synth` (its "
+                       "manifest.json, instances.jsonl and tasks_meta.jsonl) into OUT/repos, checking every commit "
+                       "and patch against the set.")
+    r.add_argument("set", type=Path, help="the set's directory (e.g. examples/synth)")
+    r.add_argument("--out", type=Path, required=True, help="output directory: OUT/repos is gagar eval's --repos-dir")
     return p
+
+
+def _repos(args: argparse.Namespace) -> int:
+    from synth.rebuild import rebuild
+    from synth.sources import SourceError
+
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        done = rebuild(args.set, args.out.resolve())
+    except ValueError as exc:
+        return _err(str(exc), "repos")
+    except (SourceError, OSError) as exc:  # a download or git failure, not the input
+        print(f"gagar tasks repos: {exc}", file=sys.stderr)
+        return 1
+    for repo, n in done.tasks.items():
+        print(f"{repo}: {n} task commits", file=sys.stderr)
+    for line in done.mismatches[:20]:
+        print(f"mismatch: {line}", file=sys.stderr)
+    total = sum(done.tasks.values())
+    print(f"{total} tasks in {len(done.tasks)} repositories → {args.out / 'repos'}"
+          + (f"; {len(done.mismatches)} differ from the set" if done.mismatches else "; all as in the set"),
+          file=sys.stderr)
+    return 1 if done.mismatches else 0
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd == "repos":
+        return _repos(args)
     from synth.factory import Options, synthesize
     from synth.sources import Source
 

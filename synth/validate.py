@@ -188,7 +188,7 @@ def read_coverage(db: Path) -> dict[str, dict[int, set[str]]]:
 
 def failure_messages(report_dir: Path) -> dict[str, str]:
     """test id → its failure or error `message` from the JUnit report (the exception line pytest records, not
-    the traceback)."""
+    the traceback; for a module that cannot be collected, the error that stopped it)."""
     from sandbox.parsers.base import read_xml, testcases
     from sandbox.parsers.pytest import _node_id
 
@@ -201,7 +201,11 @@ def failure_messages(report_dir: Path) -> dict[str, str]:
         for tag in ("failure", "error"):
             el = case.find(tag)
             if tid and el is not None and tid not in out:
-                out[tid] = el.get("message") or ""
+                msg = el.get("message") or ""
+                if msg == "collection failure":  # pytest's fixed text; the cause is the traceback's last `E` line
+                    last = [ln[1:].strip() for ln in (el.text or "").splitlines() if ln.startswith("E ")][-1:]
+                    msg = f"collection failure: {last[0]}" if last else msg
+                out[tid] = msg
     return out
 
 

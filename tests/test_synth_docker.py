@@ -108,7 +108,25 @@ def test_synth_resumes_after_an_interrupt_skips_bad_inputs_and_validates(tmp_pat
     assert json.loads((out / "manifest.json").read_text())["sources"][0]["stats"]["runs"] == 0
     assert (out / "instances.jsonl").read_bytes() == first
 
-    # 5. `gagar validate` (the evaluation path of `gagar eval`, repos read from DIR/repos): every task holds.
+    # 5. The repositories rebuilt from the set alone (no test run): the same commits, the same patches; a set
+    # whose patch was edited is refused.
+    rebuilt = subprocess.run([*GAGAR, "tasks", "repos", str(out), "--out", str(tmp_path / "rebuilt")], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert rebuilt.returncode == 0 and "all as in the set" in rebuilt.stderr, rebuilt.stderr[-3000:]
+    for row in rows:
+        ref = f"refs/tasks/{row['instance_id']}"
+        shas = [subprocess.run(["git", "-C", str(d / "repos" / "acme__lru"), "rev-parse", ref], capture_output=True,
+                               text=True, check=True).stdout.strip() for d in (out, tmp_path / "rebuilt")]
+        assert shas == [row["base_commit"]] * 2
+    tampered = tmp_path / "tampered"
+    shutil.copytree(out, tampered, ignore=shutil.ignore_patterns("repos", "work"))
+    rows[0]["patch"] = rows[0]["patch"].replace("\n-", "\n-#", 1)
+    (tampered / "instances.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bad = subprocess.run([*GAGAR, "tasks", "repos", str(tampered), "--out", str(tmp_path / "rebuilt")], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and f"{rows[0]['instance_id']}: the revert differs" in bad.stderr, bad.stderr[-2000:]
+
+    # 6. `gagar validate` (the evaluation path of `gagar eval`, repos read from DIR/repos): every task holds.
     val = subprocess.run([*GAGAR, "validate", "--instances", str(out / "instances.jsonl"), "--repos-dir",
                           str(out / "repos"), "--out", str(tmp_path / "val"), "--repeats", "1", "--max-workers", "2"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

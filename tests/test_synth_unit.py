@@ -189,6 +189,16 @@ def test_baseline_reports_network_only_suites_and_failing_installs(tmp_path: Pat
     broken = EvalResult("i", "m", "r", "infra_error", error="env image for local/x@abc failed to build: pip cannot "
                         "find gagar-no-such-package==1.0 on the package index (log: x)")
     assert read_baseline(broken).error.startswith("its environment does not build: ")
+    # A suite that cannot even be collected (jmespath 1.1.0's sdist ships its tests without tests/__init__.py):
+    # the reason names the import error, not pytest's fixed "collection failure".
+    (tmp_path / "coll" / "report").mkdir(parents=True)
+    (tmp_path / "coll" / "report" / "pytest-junit.xml").write_text(
+        '<testsuites><testsuite name="pytest"><testcase classname="" name="tests.test_lexer" time="0">'
+        '<error message="collection failure">ImportError while importing test module\n'
+        "E   ImportError: cannot import name 'unittest' from 'tests' (unknown location)</error></testcase>"
+        "</testsuite></testsuites>")
+    err = read_baseline(EvalResult("i", "m", "r", "unresolved", log_path=str(tmp_path / "coll"))).error or ""
+    assert "collection failure: ImportError: cannot import name 'unittest'" in err, err
     logs = _junit(tmp_path / "ok", [("tests/test_n.py::test_a", None), ("tests/test_n.py::test_b", "boom")])
     base = read_baseline(EvalResult("i", "m", "r", "unresolved", log_path=str(logs)))
     assert base.passing == {"tests/test_n.py::test_a"} and base.failing == {"tests/test_n.py::test_b": "boom"}
