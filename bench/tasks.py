@@ -3,6 +3,8 @@
 `gagar validate --repeats 3` of every task it made.
 
     flock /work/coord/cpu.lock .venv/bin/python bench/tasks.py [--out DIR] [--max-workers 2] [--cold] [--no-check]
+                                                              [--max-tasks N]
+    flock /work/coord/cpu.lock .venv/bin/python bench/tasks.py check --out DIR [--sample N]   # the check alone
     .venv/bin/python bench/tasks.py compare A/instances.jsonl B/instances.jsonl    # `make tasks-synth`'s check
 
 Runs the synthesis from `examples/synth/sources.json` + `env_specs.json` into an empty DIR (the sdists are
@@ -10,7 +12,9 @@ downloaded, the environment images reused when they exist: the figures say which
 load average; then validates the set with three repeats of the broken base and of the gold patch each (a task
 whose verdict changes between them, or that is not valid, counts against the target); writes
 bench/results/tasks.json and copies instances.jsonl, manifest.json, splits.json and tasks_meta.jsonl to
-examples/synth/, where `make tasks-synth` reproduces them from the manifest.
+examples/synth/, where `make tasks-synth` reproduces them from the manifest. `--max-tasks` overrides the
+sources file's tasks per project (a smaller run); `check` runs the 3-repeat validation of a finished run's set
+(all of it, or the first N tasks of each project with `--sample N`) and adds it to bench/results/tasks.json.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sandbox.report import atomic_write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNTH = ROOT / "examples" / "synth"
@@ -104,17 +111,54 @@ def _per_project(manifest: dict) -> dict:
     return out
 
 
+def check(out: Path, max_workers: int, sample: int | None, env: dict) -> dict:
+    """`gagar validate --repeats 3` of the set in `out` (or of its first `sample` tasks per project)."""
+    rows = _rows(out / "instances.jsonl")
+    if sample is not None:
+        per_repo: dict[str, list[dict]] = {}
+        for r in rows:
+            per_repo.setdefault(r["repo"], []).append(r)
+        rows = [r for rs in per_repo.values() for r in rs[:sample]]
+    instances = out / "check-instances.jsonl"
+    instances.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sampler = LoadSampler()
+    sampler.start()
+    t1 = time.monotonic()
+    subprocess.run([*GAGAR, "validate", "--instances", str(instances), "--repos-dir", str(out / "repos"), "--out",
+                    str(out / "check"), "--repeats", "3", "--max-workers", str(max_workers)], check=True, env=env,
+                   cwd=ROOT, stderr=subprocess.DEVNULL)
+    report = json.loads((out / "check" / "validate_report.json").read_text())
+    changed = sorted(set(report["invalid_ids"]) | set(report["flaky_instances"]))
+    return {"repeats": 3, "wall_s": round(time.monotonic() - t1, 1), "instances": report["instances"],
+            "of_tasks": len(_rows(out / "instances.jsonl")), "sample_per_project": sample,
+            "valid": report["valid"], "verdict_changed_or_invalid": len(changed), "ids": changed[:50],
+            "load": sampler.stop(), "reasons": {i: report["per_instance"][i]["reasons"] for i in changed[:20]}}
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "compare":
         return compare(Path(sys.argv[2]), Path(sys.argv[3]))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if len(sys.argv) > 1 and sys.argv[1] == "check":
+        cp = argparse.ArgumentParser(prog="bench/tasks.py check")
+        cp.add_argument("--out", type=Path, required=True, help="the work dir of a finished run")
+        cp.add_argument("--max-workers", type=int, default=2)
+        cp.add_argument("--sample", type=int, help="check only the first N tasks of each project")
+        cargs = cp.parse_args(sys.argv[2:])
+        result = json.loads(RESULT.read_text())
+        result["check"] = check(cargs.out, cargs.max_workers, cargs.sample, env)
+        result["targets"]["zero tasks change verdict in 3 repeats"] = not result["check"]["verdict_changed_or_invalid"]
+        atomic_write_text(RESULT, json.dumps(result, indent=2) + "\n")
+        print(json.dumps({k: v for k, v in result["check"].items() if k != "reasons"}, indent=2))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="work dir (default: a fresh temp dir)")
     ap.add_argument("--max-workers", type=int, default=2)
+    ap.add_argument("--max-tasks", type=int, help="tasks per project (default: the sources file's)")
     ap.add_argument("--no-check", action="store_true", help="skip the 3-repeat validation of the set")
     ap.add_argument("--cold", action="store_true", help="remove the sources' environment images first")
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="gagar-bench-tasks-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if args.cold:
         names = {"gagar-env-pypi-" + re.sub(r"[^a-z0-9]+", "-", s["sdist"].split("==")[0].lower())
                  for s in json.loads((SYNTH / "sources.json").read_text())["sources"]}
@@ -126,7 +170,8 @@ def main() -> int:
     sampler.start()
     t0 = time.monotonic()
     subprocess.run([*GAGAR, "tasks", "synth", "--sources", str(SYNTH / "sources.json"), "--env-specs",
-                    str(SYNTH / "env_specs.json"), "--out", str(out), "--max-workers", str(args.max_workers)],
+                    str(SYNTH / "env_specs.json"), "--out", str(out), "--max-workers", str(args.max_workers),
+                    *(["--max-tasks", str(args.max_tasks)] if args.max_tasks else [])],
                    check=True, env=env, cwd=ROOT)
     synth_s = time.monotonic() - t0
     load_synth = sampler.stop()
@@ -134,10 +179,12 @@ def main() -> int:
     tasks = manifest["totals"]["tasks"]
     repeated = sum(s.get("stats", {}).get("repeated", 0) for s in manifest["sources"])
     result = {
-        "command": "flock /work/coord/cpu.lock .venv/bin/python bench/tasks.py" + (" --cold" if args.cold else ""),
+        "command": "flock /work/coord/cpu.lock .venv/bin/python bench/tasks.py" + (" --cold" if args.cold else "")
+        + (f" --max-tasks {args.max_tasks}" if args.max_tasks else ""),
         "machine": {"cpus": os.cpu_count(), "load_during_synth": load_synth},
         "env_images": {"present_before": len(before & _env_images()), "built": len(_env_images() - before)},
-        "synth": {"wall_s": round(synth_s, 1), "tasks": tasks, "projects_ok": manifest["totals"]["projects_ok"],
+        "synth": {"wall_s": round(synth_s, 1), "tasks": tasks, "max_tasks_per_project": manifest["max_tasks"],
+                  "projects_ok": manifest["totals"]["projects_ok"],
                   "projects_skipped": manifest["totals"]["projects_skipped"],
                   "screened": manifest["totals"]["screened"], "test_runs": manifest["totals"]["container_runs"],
                   "s_per_task": round(synth_s / tasks, 2) if tasks else None,
@@ -151,20 +198,9 @@ def main() -> int:
         "per_kind": _per_kind(manifest),
     }
     if not args.no_check:
-        sampler = LoadSampler()
-        sampler.start()
-        t1 = time.monotonic()
-        subprocess.run([*GAGAR, "validate", "--instances", str(out / "instances.jsonl"), "--repos-dir",
-                        str(out / "repos"), "--out", str(out / "check"), "--repeats", "3", "--max-workers",
-                        str(args.max_workers)], check=True, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
-        report = json.loads((out / "check" / "validate_report.json").read_text())
-        changed = sorted(set(report["invalid_ids"]) | set(report["flaky_instances"]))
-        result["check"] = {"repeats": 3, "wall_s": round(time.monotonic() - t1, 1), "instances": report["instances"],
-                           "valid": report["valid"], "verdict_changed_or_invalid": len(changed),
-                           "ids": changed[:50], "load": sampler.stop(),
-                           "reasons": {i: report["per_instance"][i]["reasons"] for i in changed[:20]}}
-        result["targets"]["zero tasks change verdict in 3 repeats"] = not changed
-    RESULT.write_text(json.dumps(result, indent=2) + "\n")
+        result["check"] = check(out, args.max_workers, None, env)
+        result["targets"]["zero tasks change verdict in 3 repeats"] = not result["check"]["verdict_changed_or_invalid"]
+    atomic_write_text(RESULT, json.dumps(result, indent=2) + "\n")
     for name in ("instances.jsonl", "manifest.json", "splits.json", "tasks_meta.jsonl"):
         shutil.copyfile(out / name, SYNTH / name)
     print(json.dumps({k: result[k] for k in ("synth", "targets", "env_images")}, indent=2))
