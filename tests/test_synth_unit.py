@@ -113,6 +113,16 @@ def test_cli_rejects_bad_input_with_exit_2(tmp_path: Path, capsys) -> None:
     (tmp_path / "e.json").write_text(json.dumps({"x": 1}))
     assert cli.main(["synth", "--sdist", "a==1", "--env-specs", str(tmp_path / "e.json"), "--out",
                      str(tmp_path / "o")]) == 2
+    # `gagar tasks repos`: a set that cannot be read, or whose instances have no bug record, is refused.
+    assert cli.main(["repos", str(tmp_path / "no-set"), "--out", str(tmp_path / "r")]) == 2
+    assert "gagar tasks repos: error:" in capsys.readouterr().err
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "manifest.json").write_text(json.dumps({"sources": []}))
+    (tmp_path / "set" / "instances.jsonl").write_text(json.dumps(
+        {"instance_id": "p__q-synth-0", "repo": "p/q", "base_commit": "0" * 40, "patch": GOLD}) + "\n")
+    (tmp_path / "set" / "tasks_meta.jsonl").write_text("")
+    assert cli.main(["repos", str(tmp_path / "set"), "--out", str(tmp_path / "r")]) == 2
+    assert "no row for 1 instance(s), e.g. p__q-synth-0" in capsys.readouterr().err
 
 
 def test_coverage_data_is_read_per_line_and_test(tmp_path: Path) -> None:
