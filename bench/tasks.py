@@ -90,8 +90,10 @@ def _per_kind(manifest: dict) -> dict:
     out = {}
     for kind, c in sorted(manifest["totals"]["by_kind"].items()):
         screened = c.get("screened", 0)
+        # valid per screened candidate: a lower bound, as screening stops once a project has its tasks and some
+        # survivors are never repeated.
         out[kind] = {**{k: c.get(k, 0) for k in ("screened", "survived_screen", "valid", "tasks")},
-                     "yield": round(c.get("tasks", 0) / screened, 3) if screened else None}
+                     "yield": round(c.get("valid", 0) / screened, 3) if screened else None}
     return out
 
 
@@ -100,13 +102,17 @@ def _per_project(manifest: dict) -> dict:
     for s in manifest["sources"]:
         st = s.get("stats", {})
         row = {"source": s.get("sdist") or s.get("path"), "sha256": s.get("sha256"), "status": s["status"],
-               "tasks": st.get("tasks", 0), "screened": st.get("screened", 0), "test_runs": st.get("runs", 0),
-               "wall_s": st.get("wall_s"), "baseline_tests": st.get("baseline", {}).get("passing"),
-               "dropped": st.get("dropped", {})}
+               "tasks": st.get("tasks", 0), "screened": st.get("screened", 0), "repeated": st.get("repeated", 0),
+               "valid": st.get("valid", 0), "test_runs": st.get("runs", 0), "wall_s": st.get("wall_s"),
+               "baseline_tests": st.get("baseline", {}).get("passing"), "dropped": st.get("dropped", {})}
         if s["status"] != "ok":
             row["reason"] = s.get("reason")
-        if row["screened"]:
-            row["yield"] = round(row["tasks"] / row["screened"], 3)
+        # yield: valid among the candidates whose fate was decided (dropped at the screen, or repeated); the
+        # survivors of the last screen that the project no longer needed are not counted either way.
+        survived = sum(c.get("survived_screen", 0) for c in st.get("by_kind", {}).values())
+        decided = row["screened"] - (survived - row["repeated"])
+        if decided:
+            row["yield"] = round(row["valid"] / decided, 3)
         out[s["repo"]] = row
     return out
 
