@@ -39,6 +39,13 @@ tasks: venv
 env-tasks: venv
 	$(PY) examples/build_tasks.py --tasks-dir examples/env_tasks --out $(WORK)/env-tasks
 
+# Synthesized bug-fix tasks (docs/synth.md): rebuilds the committed set from its manifest (pinned sdists, seed,
+# settings) into $(WORK)/synth and checks it against examples/synth/instances.jsonl. Docker; not in CI.
+.PHONY: tasks-synth
+tasks-synth: venv docker images
+	$(GAGAR) tasks synth --sources examples/synth/manifest.json --out $(WORK)/synth
+	$(PY) bench/tasks.py compare examples/synth/instances.jsonl $(WORK)/synth/instances.jsonl
+
 demo: setup
 	bash scripts/demo.sh $(WORK)
 

@@ -32,6 +32,9 @@ COMMANDS: dict[str, Command] = {
         ("ls", "every gagar image: size and what uses it"),
         ("prune", "remove environment images no given instance file needs"))),
     "validate": Command("sandbox.env.validate", "main", "check tasks: gold resolves, base fails, no flaky tests (repeats)"),
+    "tasks": Command("synth.cli", "main", "task sets made from real projects", (
+        ("synth", "validated bug-fix tasks from real projects' sdists (SWE-smith style)"),
+        ("repos", "rebuild a task set's repositories from its pinned sdists, checked against the set"))),
     "sandbox": Command("sandbox.cli", "sandbox_main", "sandbox maintenance", (
         ("gc", "remove leftover sandbox containers and the temp workspaces of dead runs"),)),
     "grade": Command("grader.cli", "main", "rank the passing candidates of groups (heuristic or LLM judge)", (

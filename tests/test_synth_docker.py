@@ -1,0 +1,135 @@
+"""`gagar tasks synth` end to end in the Docker sandbox, on one small local repository (a bundled task's code):
+interrupted and resumed, bad inputs reported and skipped, the output read by `gagar validate` / `gagar eval`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from synth.statement import leaks
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[1]
+GAGAR = [sys.executable, "-m", "gagar"]
+
+
+def _git_repo(root: Path, files: dict[str, str] | None = None, copy: Path | None = None) -> Path:
+    if copy is not None:
+        shutil.copytree(copy, root)
+    for name, body in (files or {}).items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(body)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "base"]):
+        subprocess.run(cmd, cwd=root, env=env, check=True)
+    return root
+
+
+def _results(out: Path, repo: str) -> list[dict]:
+    path = out / "work" / repo / "runs" / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def test_synth_resumes_after_an_interrupt_skips_bad_inputs_and_validates(tmp_path: Path) -> None:
+    good = _git_repo(tmp_path / "src" / "acme__lru", copy=ROOT / "examples" / "tasks" / "py-lru" / "repo")
+    notests = _git_repo(tmp_path / "src" / "acme__notests", {"lib/core.py": "def f(x):\n    return x + 1\n"})
+    badenv = _git_repo(tmp_path / "src" / "acme__badenv", {"lib/core.py": "def f(x):\n    return x + 1\n",
+                                                           "tests/test_core.py": "def test_f():\n    pass\n"})
+    sources = {"seed": 3, "max_tasks": 3, "repeats": 2, "sources": [
+        {"path": str(good), "env": {"python": "3.11"}, "tests": ["tests"]},
+        {"path": str(notests)},
+        {"path": str(badenv), "env": {"python": "3.11", "pip_packages": ["gagar-no-such-package==1.0"]}},
+    ]}
+    (tmp_path / "sources.json").write_text(json.dumps(sources))
+    out = tmp_path / "out"
+    cmd = [*GAGAR, "tasks", "synth", "--sources", str(tmp_path / "sources.json"), "--out", str(out),
+           "--max-workers", "2", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    # 1. Interrupted once the screening has started (baseline, suite repeat and some candidates are recorded).
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    while len(_results(out, "acme__lru")) < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, f"finished before it could be interrupted:\n{proc.stdout.read().decode()[-3000:]}"
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=300)[0].decode()
+    assert proc.returncode == 130, output[-3000:]
+    before = {(r["instance_id"], r["rollout_id"]) for r in _results(out, "acme__lru") if r["status"] != "infra_error"}
+    assert not (out / "instances.jsonl").exists()
+
+    # 2. The re-run resumes: nothing finished is run again, every run is recorded once.
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    by_repo = {s["repo"]: s for s in manifest["sources"]}
+    lru = by_repo["acme/lru"]
+    assert lru["status"] == "ok" and lru["stats"]["tasks"] == 3, lru
+    keys = [(r["instance_id"], r["rollout_id"]) for r in _results(out, "acme__lru")]
+    assert len(keys) == len(set(keys)) and before <= set(keys)
+    assert lru["stats"]["runs"] == len(set(keys) - before)
+    # Bad inputs: reported with the reason, the run went on.
+    assert by_repo["acme/notests"]["status"] == "skipped" and "ships no tests" in by_repo["acme/notests"]["reason"]
+    assert by_repo["acme/badenv"]["status"] == "skipped"
+    assert "environment does not build" in by_repo["acme/badenv"]["reason"]
+    assert "gagar-no-such-package" in by_repo["acme/badenv"]["reason"]
+
+    # 3. The instances: SWE-bench shape, the statement never quotes the fix, ids and splits as documented.
+    rows = [json.loads(line) for line in (out / "instances.jsonl").read_text().splitlines()]
+    assert len(rows) == 3
+    for row in rows:
+        assert row["instance_id"].startswith("acme__lru-synth-") and row["repo"] == "acme/lru"
+        assert row["test_patch"] == "" and row["patch"].startswith("diff --git a/cachetools_lite/")
+        assert 1 <= len(row["FAIL_TO_PASS"]) <= 50 and not set(row["FAIL_TO_PASS"]) & set(row["PASS_TO_PASS"])
+        assert row["environment_setup_commit"] != row["base_commit"]
+        assert leaks(row["problem_statement"], row["patch"]) == []
+        assert all(t in row["problem_statement"] for t in row["FAIL_TO_PASS"][:5])
+        # The bundled task's own failing tests fail at the base: never listed.
+        assert "tests/test_lru.py::test_capacity_is_respected" not in row["FAIL_TO_PASS"] + row["PASS_TO_PASS"]
+    splits = json.loads((out / "splits.json").read_text())
+    assert splits["repos"] == {"train": ["acme/lru"], "heldout": []}
+    assert sorted(splits["train"]) == sorted(r["instance_id"] for r in rows)
+
+    # 4. A third run has nothing left to run and writes the same set.
+    first = (out / "instances.jsonl").read_bytes()
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((out / "manifest.json").read_text())["sources"][0]["stats"]["runs"] == 0
+    assert (out / "instances.jsonl").read_bytes() == first
+
+    # 5. The repositories rebuilt from the set alone (no test run): the same commits, the same patches; a set
+    # whose patch was edited is refused.
+    rebuilt = subprocess.run([*GAGAR, "tasks", "repos", str(out), "--out", str(tmp_path / "rebuilt")], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert rebuilt.returncode == 0 and "all as in the set" in rebuilt.stderr, rebuilt.stderr[-3000:]
+    for row in rows:
+        ref = f"refs/tasks/{row['instance_id']}"
+        shas = [subprocess.run(["git", "-C", str(d / "repos" / "acme__lru"), "rev-parse", ref], capture_output=True,
+                               text=True, check=True).stdout.strip() for d in (out, tmp_path / "rebuilt")]
+        assert shas == [row["base_commit"]] * 2
+    tampered = tmp_path / "tampered"
+    shutil.copytree(out, tampered, ignore=shutil.ignore_patterns("repos", "work"))
+    rows[0]["patch"] = rows[0]["patch"].replace("\n-", "\n-#", 1)
+    (tampered / "instances.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bad = subprocess.run([*GAGAR, "tasks", "repos", str(tampered), "--out", str(tmp_path / "rebuilt")], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and f"{rows[0]['instance_id']}: the revert differs" in bad.stderr, bad.stderr[-2000:]
+
+    # 6. `gagar validate` (the evaluation path of `gagar eval`, repos read from DIR/repos): every task holds.
+    val = subprocess.run([*GAGAR, "validate", "--instances", str(out / "instances.jsonl"), "--repos-dir",
+                          str(out / "repos"), "--out", str(tmp_path / "val"), "--repeats", "1", "--max-workers", "2"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert val.returncode == 0, val.stderr[-3000:]
+    report = json.loads((tmp_path / "val" / "validate_report.json").read_text())
+    assert report["valid"] == 3, json.dumps(report["per_instance"], indent=1)[-3000:]

@@ -1,0 +1,215 @@
+"""`gagar tasks synth` without Docker: problem statements and the leak check, sources, coverage data, splits,
+the command line's input checks."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from synth import cli
+from synth.factory import ProjectRun, split_repos
+from synth.mutate import find_mutations
+from synth.sources import Source, SourceError, prepare
+from synth.statement import Leak, leaks, problem_statement
+from synth.validate import Baseline, covering, pytest_cmd, read_coverage
+
+GOLD = """\
+diff --git a/pkg/m.py b/pkg/m.py
+--- a/pkg/m.py
++++ b/pkg/m.py
+@@ -1,4 +1,4 @@
+ def window(items, size):
+-    return [items[i:i + size + 1] for i in range(len(items))]
++    return [items[i:i + size] for i in range(len(items))]
+"""
+
+
+def test_statement_names_tests_and_messages_and_never_quotes_the_fix() -> None:
+    messages = {
+        "tests/test_m.py::test_window": "AssertionError: assert [[1, 2]] == [[1]]\n  Use -v to get more diff",
+        # A message that quotes the code (e.g. a SyntaxError's text): its line must not reach the statement.
+        "tests/test_m.py::test_other": "ValueError: bad\n    return [items[i:i + size] for i in range(len(items))]",
+    }
+    text = problem_statement("mod", list(messages), messages, GOLD)
+    assert "`tests/test_m.py::test_window`" in text and "assert [[1, 2]] == [[1]]" in text
+    assert "ValueError: bad" in text and "Use -v" not in text
+    assert leaks(text, GOLD) == []
+    assert "items[i:i + size]" not in text and "size + 1" not in text
+    assert text.startswith("2 tests of mod fail:")
+
+
+def test_leak_check_finds_a_quoted_line_and_a_leaking_test_name_drops_the_task() -> None:
+    assert leaks("here:   return [items[i:i + size]   for i in range(len(items))] !", GOLD)
+    assert not leaks("assert 1 == 2", GOLD)
+    with pytest.raises(Leak):
+        problem_statement("mod", ["return [items[i:i + size] for i in range(len(items))]"], {}, GOLD)
+
+
+def test_statement_lists_at_most_five_tests() -> None:
+    tests = [f"t.py::test_{i}" for i in range(8)]
+    text = problem_statement("mod", tests, {"t.py::test_0": "assert <object at 0x7f7d1963faf0> == 3"}, GOLD)
+    assert text.count("- `t.py::") == 5 and "and 3 more" in text
+    assert "<object at 0x…> == 3" in text  # run-specific addresses never make two runs' statements differ
+
+
+def _git_repo(root: Path, files: dict[str, str]) -> Path:
+    for name, body in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(body)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "base"]):
+        subprocess.run(cmd, cwd=root, env=env, check=True)
+    return root
+
+
+def test_local_source_naming_and_bad_inputs(tmp_path: Path) -> None:
+    good = _git_repo(tmp_path / "acme__thing", {"thing/core.py": "def f(x):\n    return x + 1\n",
+                                                 "tests/test_core.py": "def test_f():\n    pass\n"})
+    p = prepare(Source(path=str(good)), tmp_path / "out", {})
+    assert p.repo == "acme/thing" and p.clone == tmp_path / "out" / "repos" / "acme__thing"
+    assert p.version == p.base_commit[:12] and list(p.sources) == ["thing/core.py"]
+    again = prepare(Source(path=str(good)), tmp_path / "out", {"base_commit": p.base_commit})
+    assert again.base_commit == p.base_commit
+    plain = _git_repo(tmp_path / "notests", {"lib.py": "def f():\n    return 1\n"})
+    assert Source(path=str(plain)).repo_name() == "local/notests"
+    with pytest.raises(SourceError, match="ships no tests"):
+        prepare(Source(path=str(plain)), tmp_path / "out", {})
+    (tmp_path / "nogit").mkdir()
+    with pytest.raises(SourceError, match="not a git repository"):
+        prepare(Source(path=str(tmp_path / "nogit")), tmp_path / "out", {})
+    assert Source(sdist="More_Itertools==10.5.0").repo_name() == "pypi/more-itertools"
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"sdist": "toolz"}, "NAME==VERSION"),
+    ({"sdist": "a==1", "path": "/x"}, "exactly one"),
+    ({"path": "/x", "split": "test"}, "split"),
+    ({"path": "/x", "tesst": []}, "unknown key"),
+    ({"path": "/x", "repo": "noslash"}, "owner/name"),
+    ({"path": "/x", "env": {"pyhton": "3.11"}}, "unknown env spec key"),
+])
+def test_source_rows_are_checked(row: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Source.from_dict(row, "sources[0]")
+
+
+def test_cli_rejects_bad_input_with_exit_2(tmp_path: Path, capsys) -> None:
+    assert cli.main(["synth", "--out", str(tmp_path / "o")]) == 2
+    assert "at least one" in capsys.readouterr().err
+    assert cli.main(["synth", "--sdist", "toolz", "--out", str(tmp_path / "o")]) == 2
+    assert cli.main(["synth", "--repo", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    (tmp_path / "s.json").write_text("{not json")
+    assert cli.main(["synth", "--sources", str(tmp_path / "s.json"), "--out", str(tmp_path / "o")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert cli.main(["synth", "--sdist", "a==1", "--kinds", "off_by_two", "--out", str(tmp_path / "o")]) == 2
+    assert "off_by_two" in capsys.readouterr().err
+    assert cli.main(["synth", "--sdist", "a==1", "--sdist", "A==2", "--out", str(tmp_path / "o")]) == 2
+    assert "same repository" in capsys.readouterr().err
+    (tmp_path / "e.json").write_text(json.dumps({"x": 1}))
+    assert cli.main(["synth", "--sdist", "a==1", "--env-specs", str(tmp_path / "e.json"), "--out",
+                     str(tmp_path / "o")]) == 2
+    # `gagar tasks repos`: a set that cannot be read, or whose instances have no bug record, is refused.
+    assert cli.main(["repos", str(tmp_path / "no-set"), "--out", str(tmp_path / "r")]) == 2
+    assert "gagar tasks repos: error:" in capsys.readouterr().err
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "manifest.json").write_text(json.dumps({"sources": []}))
+    (tmp_path / "set" / "instances.jsonl").write_text(json.dumps(
+        {"instance_id": "p__q-synth-0", "repo": "p/q", "base_commit": "0" * 40, "patch": GOLD}) + "\n")
+    (tmp_path / "set" / "tasks_meta.jsonl").write_text("")
+    assert cli.main(["repos", str(tmp_path / "set"), "--out", str(tmp_path / "r")]) == 2
+    assert "no row for 1 instance(s), e.g. p__q-synth-0" in capsys.readouterr().err
+
+
+def test_coverage_data_is_read_per_line_and_test(tmp_path: Path) -> None:
+    """coverage.py's SQLite layout: numbits (bit n of byte n // 8 = line n) per file and `<node id>|run` context."""
+    db = tmp_path / "coverage.db"
+    con = sqlite3.connect(db)
+    con.executescript("create table file (id integer primary key, path text);"
+                      "create table context (id integer primary key, context text);"
+                      "create table line_bits (file_id integer, context_id integer, numbits blob);")
+    con.execute("insert into file values (1, '/testbed/pkg/m.py'), (2, '/usr/lib/python3/x.py')")
+    con.execute("insert into context values (1, ''), (2, 'tests/t.py::test_a|run'), (3, 'tests/t.py::test_b[1]|run')")
+    bits = lambda *lines: bytes(sum(1 << (n % 8) for n in lines if n // 8 == i) for i in range(4))  # noqa: E731
+    con.execute("insert into line_bits values (1, 2, ?), (1, 3, ?), (1, 1, ?), (2, 2, ?)",
+                (bits(2, 3, 17), bits(3), bits(1), bits(5)))
+    con.commit()
+    con.close()
+    cov = read_coverage(db)
+    assert cov == {"pkg/m.py": {2: {"tests/t.py::test_a"}, 3: {"tests/t.py::test_a", "tests/t.py::test_b[1]"},
+                                17: {"tests/t.py::test_a"}}}
+    base = Baseline(passing={"tests/t.py::test_a"}, coverage=cov)
+    src = "def f(x):\n    if x > 1:\n        return 2\n    return 3\n"
+    by_line = {m.lines[0] for m in find_mutations("pkg/m.py", src)}
+    assert {m.lines[0] for m in find_mutations("pkg/m.py", src) if covering(m, base)} == by_line & {2, 3}
+    base.passing.add("tests/t.py::test_b[1]")
+    assert {covering(m, base) for m in find_mutations("pkg/m.py", src) if m.lines == (3, 3)} == {2}
+
+
+def test_pytest_cmd_quotes_ids_and_clears_ini_addopts() -> None:
+    cmd = pytest_cmd(["-p", "no:randomly"], ["tests/t.py::T::test_a", "tests/t.py::test b"])
+    assert cmd == ("PYTHONHASHSEED=0 python -m pytest -rA -o addopts= -p no:randomly -p no:pytest_cov "
+                   "tests/t.py::T::test_a 'tests/t.py::test b'")
+    assert pytest_cmd([], ["tests"], coverage=True).startswith('COVERAGE_FILE="$GAGAR_REPORT_DIR/coverage.db" ')
+
+
+def test_splits_hold_out_whole_repositories_deterministically() -> None:
+    runs = []
+    for i in range(8):
+        r = ProjectRun(Source(sdist=f"p{i}==1"), f"pypi/p{i}")
+        r.tasks = [{"instance_id": f"pypi__p{i}-synth-{k}"} for k in range(2)]
+        runs.append(r)
+    runs[3].source.split = "heldout"
+    a, b = split_repos(runs, 0, 0.25), split_repos(runs, 0, 0.25)
+    assert a == b and len(a["heldout"]) == 2 and "pypi/p3" in a["heldout"]
+    assert set(a["train"]) | set(a["heldout"]) == {r.repo for r in runs} and not set(a["train"]) & set(a["heldout"])
+    assert split_repos(runs[:1], 0, 0.25) == {"train": ["pypi/p0"], "heldout": []}
+
+
+def _junit(tmp: Path, cases: list[tuple[str, str | None]]) -> Path:
+    """A pytest xunit1 report in `tmp/report` with (node id, failure message or None) cases."""
+    report = tmp / "report"
+    report.mkdir(parents=True)
+    rows = []
+    for tid, msg in cases:
+        path, name = tid.split("::", 1)
+        cls = path[:-3].replace("/", ".")
+        body = f'<failure message="{msg}">trace</failure>' if msg else ""
+        rows.append(f'<testcase classname="{cls}" name="{name}" file="{path}" line="1" time="0.1">{body}</testcase>')
+    (report / "pytest-junit.xml").write_text(f'<testsuites><testsuite name="pytest">{"".join(rows)}</testsuite></testsuites>')
+    return tmp
+
+
+def test_baseline_reports_network_only_suites_and_failing_installs(tmp_path: Path) -> None:
+    from sandbox.records import EvalResult
+    from synth.validate import read_baseline
+
+    logs = _junit(tmp_path / "net", [("tests/test_n.py::test_a", "urllib.error.URLError: &lt;urlopen error "
+                                      "[Errno -3] Temporary failure in name resolution&gt;"),
+                                     ("tests/test_n.py::test_b", "requests.exceptions.ConnectionError: x")])
+    res = EvalResult("i", "m", "r", "unresolved", log_path=str(logs))
+    assert "need the network" in (read_baseline(res).error or "")
+    logs = _junit(tmp_path / "fail", [("tests/test_n.py::test_a", "AssertionError: 1 != 2")])
+    err = read_baseline(EvalResult("i", "m", "r", "unresolved", log_path=str(logs))).error or ""
+    assert err.startswith("no test passes") and "AssertionError" in err
+    broken = EvalResult("i", "m", "r", "infra_error", error="env image for local/x@abc failed to build: pip cannot "
+                        "find gagar-no-such-package==1.0 on the package index (log: x)")
+    assert read_baseline(broken).error.startswith("its environment does not build: ")
+    # A suite that cannot even be collected (jmespath 1.1.0's sdist ships its tests without tests/__init__.py):
+    # the reason names the import error, not pytest's fixed "collection failure".
+    (tmp_path / "coll" / "report").mkdir(parents=True)
+    (tmp_path / "coll" / "report" / "pytest-junit.xml").write_text(
+        '<testsuites><testsuite name="pytest"><testcase classname="" name="tests.test_lexer" time="0">'
+        '<error message="collection failure">ImportError while importing test module\n'
+        "E   ImportError: cannot import name 'unittest' from 'tests' (unknown location)</error></testcase>"
+        "</testsuite></testsuites>")
+    err = read_baseline(EvalResult("i", "m", "r", "unresolved", log_path=str(tmp_path / "coll"))).error or ""
+    assert "collection failure: ImportError: cannot import name 'unittest'" in err, err
+    logs = _junit(tmp_path / "ok", [("tests/test_n.py::test_a", None), ("tests/test_n.py::test_b", "boom")])
+    base = read_baseline(EvalResult("i", "m", "r", "unresolved", log_path=str(logs)))
+    assert base.passing == {"tests/test_n.py::test_a"} and base.failing == {"tests/test_n.py::test_b": "boom"}
+    assert "coverage" in (base.error or "")  # the report has no coverage data: said, not guessed
