@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sft": ("sft.cli", "main", "judge training data, fine-tuning and evaluation"),
     "train": ("trainer.cli", "main", "RL post-training of a code agent"),
     "experiment": ("trainer.experiments.cli", "main", "controlled experiments: `bloat`, `skew`"),
+    "model": ("inference.models", "main", "base models: `pull NAME` (pinned, sha256-verified, cached) and `ls`"),
 }
 
 
