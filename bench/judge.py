@@ -147,7 +147,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| ranker | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for r in rows:
         usable = f"{r['usable_free_answers']:.3f}" if "usable_free_answers" in r else "—"
-        lines.append(f"| {r['ranker']} | {usable} | {r['top1']:.3f} | {r['pairwise']:.3f} | "
+        lines.append(f"| {r['ranker']} ({r['groups']} groups) | {usable} | {r['top1']:.3f} | {r['pairwise']:.3f} | "
                      f"{r['size_inverted_pairwise']:.3f} ({r['size_inverted_pairs']} pairs) | "
                      f"{r['gold_above_hack']:.3f} ({r['gold_hack_groups']} groups) |")
     return "\n".join(lines)
@@ -157,13 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=ROOT / ".gagar/judge/data")
     p.add_argument("--repos-dir", type=Path, help="default: the data's repos dir (its manifest names it)")
-    p.add_argument("--base", default=str(ROOT / ".gagar/models/base/smollm2-135m-instruct"))
+    p.add_argument("--base", default="smollm2-135m-instruct", help="base model: registry name, path or hub id")
     p.add_argument("--adapter", default=str(ROOT / ".gagar/models/judge"))
     p.add_argument("--run-dir", type=Path, default=ROOT / ".gagar/judge/run", help="`gagar sft train` output")
     p.add_argument("--out", type=Path, default=ROOT / "bench/results/judge.json")
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=320, help="an answer takes 60-250 tokens")
     p.add_argument("--batch-groups", type=int, default=8)
-    p.add_argument("--max-groups", type=int, help="only the first N held-out groups")
+    p.add_argument("--every", type=int, default=1, help="every N-th held-out group (2: one per instance when "
+                   "the data has two groups per instance)")
+    p.add_argument("--max-groups", type=int, help="only the first N (after --every) held-out groups")
+    p.add_argument("--base-groups", type=int, help="the untuned base on only the first N of them (it rarely "
+                   "answers, and its long unusable replies are what costs)")
     p.add_argument("--cli-groups", type=int, default=8, help="groups graded again through `gagar grade` (0: none)")
     p.add_argument("--skip-base", action="store_true", help="leave out the untuned base row")
     args = p.parse_args(argv)
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     manifest = json.loads((args.data / "manifest.json").read_text())
     repos = args.repos_dir or Path(manifest.get("repos_dir") or ROOT / ".gagar/judge/repos")
-    groups = load_groups(args.data / "val_groups.jsonl")[: args.max_groups or None]
+    groups = load_groups(args.data / "val_groups.jsonl")[:: max(1, args.every)][: args.max_groups or None]
     labels = {str(r["instance_id"]): [str(x) for x in r["order"]] for r in read_jsonl(args.data / "val_labels.jsonl")}
     gold = {g.instance_id: labels[g.instance_id] for g in groups}
     inverted = inverted_pairs(groups, gold)
@@ -199,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.skip_base:
         base = make_backend("transformers", args.base)
-        row, _ = run_row("untuned base (zero-shot)", groups, repos, gold, inverted, judge(base), args.batch_groups)
+        sub = groups[: args.base_groups or None]
+        row, _ = run_row("untuned base (zero-shot)", sub, repos, {g.instance_id: gold[g.instance_id] for g in sub},
+                         inverted, judge(base), args.batch_groups)
         rows.append(row)
         del base
     tuned = make_backend("transformers", args.base, adapter=args.adapter)

@@ -170,7 +170,8 @@ def synthetic_groups(
                     "order": order,
                     "tiers": tiers_from_defects(order, {v.rollout_id: 2 if v.rollout_id in RANK else len(v.applied)
                                                         for v in vs}),
-                    "evidence": {v.rollout_id: list(v.evidence) for v in vs},
+                    # at most the two latest defects: what sets a variant below the one before it, in fewer tokens
+                    "evidence": {v.rollout_id: list(v.evidence)[-2:] for v in vs},
                     "kinds": {v.rollout_id: [a.kind for a in v.applied] or ([v.rollout_id] if v.rollout_id in RANK
                                                                                else []) for v in vs},
                 }

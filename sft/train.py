@@ -137,7 +137,11 @@ def _resolve_model(cfg: dict[str, Any]) -> str:
             raise ConfigError(
                 f"model path {model} does not exist (give a hub id like owner/name or a local dir)"
             )
-        return str(local) if local.exists() else model
+        if local.exists():
+            return str(local)
+        from inference.models import resolve_model
+
+        return resolve_model(model)  # a registry name (`gagar model pull NAME`): pulled on first use
     from sft.tiny import build_tiny_model
 
     tiny = dict(cfg["tiny_model"])
