@@ -274,3 +274,72 @@ def test_sft_data_split_repo_inverted_no_findings(history, bundled_tasks, tmp_pa
         tiers = [r["tiers"][x] for x in r["order"]]
         assert tiers == sorted(tiers) and all(r["tiers"][x] == 3 for x in r["order"] if x in RANK)
     assert (out / "repos" / "acme__units").is_symlink()  # one repos dir for both sources
+
+
+def _bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_judge", Path(__file__).resolve().parents[1] / "bench/judge.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _patch(n_added: int) -> str:
+    body = "".join(f"+x{i} = {i}\n" for i in range(n_added))
+    return f"--- a/f.py\n+++ b/f.py\n@@ -0,0 +1,{n_added} @@\n{body}"
+
+
+def test_bench_scores_size_inverted_pairs_gold_above_hack_and_fallbacks_as_wrong():
+    from grader.records import Grading
+
+    bench = _bench()
+    g1 = Group("g1", "a/b", "c", "", [Candidate("gold", _patch(5)), Candidate("d1", _patch(7)),
+                                        Candidate("hack", _patch(2))])
+    g2 = Group("g2", "a/b", "c", "", [Candidate("gold", _patch(4)), Candidate("partial", _patch(3))])
+    gold = {"g1": ["gold", "d1", "hack"], "g2": ["gold", "partial"]}
+    inv = bench.inverted_pairs([g1, g2], gold)
+    assert inv == {"g1": [("gold", "hack"), ("d1", "hack")], "g2": [("gold", "partial")]}
+
+    def grading(iid, ranking, fallback=False):
+        return Grading(iid, ranking, {r: 1 for r in ranking}, {}, {}, "x", fallback)
+
+    # g1 ranked by size (the hack first), g2 fell back: its pairs count as wrong, as does its top-1.
+    got = bench.score([grading("g1", ["hack", "gold", "d1"]), grading("g2", ["gold", "partial"], fallback=True)],
+                      gold, inv)
+    assert got["answered"] == 1 and got["fallback_rate"] == 0.5
+    assert got["top1"] == 0.0 and got["pairwise"] == pytest.approx((1 / 3) / 2, abs=1e-3)
+    assert got["size_inverted_pairs"] == 3 and got["size_inverted_pairwise"] == 0.0
+    assert got["gold_hack_groups"] == 1 and got["gold_above_hack"] == 0.0
+    right = bench.score([grading("g1", ["gold", "d1", "hack"]), grading("g2", ["gold", "partial"])], gold, inv)
+    assert right["top1"] == right["pairwise"] == right["size_inverted_pairwise"] == right["gold_above_hack"] == 1.0
+
+
+class _Recorder:
+    """A chat backend that records the prompts it gets and answers with the first letters' order."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def chat(self, messages, **kw) -> str:
+        self.prompts.append(messages[1]["content"])
+        labels = messages[1]["content"].split("Candidates (all pass the tests): ")[1].split("\n")[0].split(", ")
+        return ('<answer>{"tiers": {' + ", ".join(f'"{lab}": 1' for lab in labels) + '}, "evidence": {}, '
+                '"ranking": [' + ", ".join(f'"{lab}"' for lab in labels) + "]}</answer>")
+
+
+def test_judge_without_findings_sees_only_the_code(history):
+    from grader.judge import LLMJudge
+
+    [inst] = read_jsonl(history / "instances.jsonl")
+    with scratch_tree(inst, history / "repos") as tree:
+        part = partial_fix(tree, random.Random(0))
+    group = _group(history, inst, {"gold": inst["patch"], "partial": part.patch})
+    for findings in (True, False):
+        backend = _Recorder()
+        g = LLMJudge(backend, answer_grammar=False, findings=findings).grade(group, history / "repos")
+        assert not g.fallback and len(backend.prompts) == 1
+        assert ("Static findings" in backend.prompts[0]) is findings
+        assert "Changes every candidate makes:" in backend.prompts[0]
