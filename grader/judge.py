@@ -64,11 +64,11 @@ class RunResult:
 class _Run:
     """One conversation in flight: a workspace, its letter shuffle (seed), the messages so far."""
 
-    def __init__(self, ws: SharedWorkspace, seed: int) -> None:
+    def __init__(self, ws: SharedWorkspace, seed: int, findings: bool = True) -> None:
         self.ws, self.seed = ws, seed
         ws.relabel(seed)
         self.labels = list(ws.labels)
-        self.messages = build_initial_messages(ws.group, ws, self.labels)
+        self.messages = build_initial_messages(ws.group, ws, self.labels, findings=findings)
         self.unusable = 0
         self.calls = 0
         self.retries = 0  # replies that were neither a usable tool call nor a valid answer
@@ -142,6 +142,7 @@ class LLMJudge:
         temperature: float = 0.0,
         stats: Counter[str] | None = None,
         answer_grammar: bool | None = None,
+        findings: bool = True,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -153,6 +154,9 @@ class LLMJudge:
         # answer (grader.grammar) rather than a retry and, failing that, the heuristic fallback.
         self.score = score if answer_grammar is not False and callable(score) else None
         self.backend = backend
+        # Without the static findings in its prompt the judge has only the code to go by (the ablation that shows
+        # whether a trained judge reads the diffs or counts findings).
+        self.findings = findings
         self.max_turns = max_turns
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -203,7 +207,7 @@ class LLMJudge:
 
     def run_once(self, ws: SharedWorkspace) -> RunResult:
         """One tool-loop conversation over the workspace's current letters."""
-        return self.run_all([_Run(ws, ws.seed)])[0]
+        return self.run_all([_Run(ws, ws.seed, self.findings)])[0]
 
     def grade_workspaces(
         self, workspaces: list[SharedWorkspace], *, permutations: int = 1, seed: int = 0
@@ -212,7 +216,7 @@ class LLMJudge:
         if permutations < 1:
             raise ValueError("permutations must be at least 1")
         judged = [ws for ws in workspaces if len(ws.labels) >= 2]
-        runs = {id(ws): [_Run(ws, seed + k) for k in range(permutations)] for ws in judged}
+        runs = {id(ws): [_Run(ws, seed + k, self.findings) for k in range(permutations)] for ws in judged}
         self.run_all([run for rs in runs.values() for run in rs])
         out = []
         for ws in workspaces:

@@ -107,10 +107,14 @@ def make_backend(
 ) -> Any:
     """Build a backend; raises ValueError with an actionable message.
 
-    `model` is a path or hub id (the judge), or an already loaded model with its `tokenizer` (the policy's
+    `model` is a path, a hub id or a registry model name (the judge), or an already loaded model with its `tokenizer` (the policy's
     transformers backend samples from the training model itself). `openai` here is the chat client; the
     policy's token-id completions client is `trainer.rollout.openai_server` (it hot-loads LoRA adapters).
     """
+    if kind in ("transformers", "vllm") and isinstance(model, str) and model:
+        from inference.models import resolve_model
+
+        model = resolve_model(model)  # a registry name (`gagar model pull`) → its local directory
     if kind == "transformers":
         if model is None or model == "":
             raise ValueError("--backend transformers needs --model PATH_OR_ID")

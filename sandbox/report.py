@@ -8,6 +8,7 @@ finished (instance_id, rollout_id) only when that key still matches, and redoes 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -46,6 +47,30 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def staged_dir(final: str | Path):
+    """Build a directory in a temp dir beside `final` (yielded); on success it takes `final`'s place whole by
+    rename, on error it is removed. A reader sees the old directory or the new one, never a half-written one.
+
+    The one atomic-directory helper (models, warm starts); the counterpart of `atomic_write_text`.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    try:
+        yield tmp
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
+            os.replace(final, old / final.name)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def read_results(path: Path, *, warn: bool = True) -> dict[tuple[str, str], EvalResult]:

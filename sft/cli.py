@@ -1,4 +1,4 @@
-"""`gagar sft {data,train,eval}` — judge training data, fine-tuning and evaluation."""
+"""`gagar sft {history,data,train,eval}` — judge training data, fine-tuning and evaluation."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 USAGE = """usage: gagar sft COMMAND [ARGS...]
 
 commands:
+  history gold fixes from real repositories' histories, as instances (split by repository)
   data    build judge training records with known-order labels (synthetic or from `gagar eval` results)
   train   LoRA SFT of the judge from a YAML config (TRL SFTTrainer + PEFT)
   eval    the judge (base or base + adapter) against the heuristic ranker on held-out labels
@@ -19,7 +20,9 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return 0 if argv else 2
     word, rest = argv[0], argv[1:]
-    if word == "data":
+    if word == "history":
+        from sft.history import main as run
+    elif word == "data":
         from sft.data import main as run
     elif word == "train":
         from sft.train import main as run

@@ -15,7 +15,8 @@ import random
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,9 +116,17 @@ class _Tree:
     """A scratch clone at base_commit with the gold patch applied, edited in place."""
 
     def __init__(self, root: Path, base_commit: str, language: str, gold: str) -> None:
-        self.root, self.base, self.language = root, base_commit, language
+        self.root, self.base, self.language, self.gold = root, base_commit, language, gold
         self.added, self.removed = _gold_lines(gold)
         self.gold_files = [p for p in _patch_paths(gold) if p.endswith(EXTENSIONS[language])]
+
+    def reset(self, *, gold: bool = True) -> None:
+        """Back to the base commit, with the gold patch applied unless `gold=False`."""
+        _git(self.root, "checkout", "--quiet", self.base, "--", ".")
+        _git(self.root, "clean", "-fdq")
+        if gold:
+            _git(self.root, "apply", "--whitespace=nowarn", "-",
+                 input_text=self.gold if self.gold.endswith("\n") else self.gold + "\n")
 
     def source_files(self) -> list[str]:
         files = _git(self.root, "ls-files").splitlines()
@@ -198,6 +207,32 @@ def _evidence(tree: _Tree, applied: list[Applied]) -> list[str]:
     return out
 
 
+@contextmanager
+def scratch_tree(instance: dict[str, Any], repos_dir: str | Path, work_root: str | Path | None = None
+                 ) -> Iterator[_Tree]:
+    """A scratch copy of the instance's repository at `base_commit` with the gold patch applied (removed after)."""
+    iid = str(instance.get("instance_id"))
+    gold = instance.get("patch") or ""
+    if not gold.strip():
+        raise DegradeError(f"{iid}: no gold patch")
+    language = language_of(instance)
+    src = Path(repos_dir) / str(instance.get("repo", "")).replace("/", "__")
+    if not (src / ".git").exists() and not (src / "HEAD").exists():
+        raise DegradeError(f"{iid}: no git repository at {src} (expected <repos-dir>/owner__name)")
+    tmp = Path(tempfile.mkdtemp(prefix="gagar-sft-", dir=work_root))
+    try:
+        root = tmp / "repo"
+        try:
+            gitsafe.export_commit(src, str(instance["base_commit"]), root)
+        except gitsafe.GitError as exc:
+            raise DegradeError(f"{iid}: {exc}") from exc
+        tree = _Tree(root, str(instance["base_commit"]), language, gold)
+        tree.reset()
+        yield tree
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build_variants(
     instance: dict[str, Any],
     repos_dir: str | Path,
@@ -215,43 +250,28 @@ def build_variants(
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise DegradeError(f"unknown degradation(s) {', '.join(unknown)}; choose from {', '.join(KINDS)}")
-    iid = str(instance.get("instance_id"))
-    gold = instance.get("patch") or ""
-    if not gold.strip():
-        raise DegradeError(f"{iid}: no gold patch")
-    language = language_of(instance)
-    src = Path(repos_dir) / str(instance.get("repo", "")).replace("/", "__")
-    if not (src / ".git").exists() and not (src / "HEAD").exists():
-        raise DegradeError(f"{iid}: no git repository at {src} (expected <repos-dir>/owner__name)")
+    with scratch_tree(instance, repos_dir, work_root) as tree:
+        return degrade_on(tree, str(instance.get("instance_id")), n_variants=n_variants, seed=seed, kinds=kinds)
+
+
+def degrade_on(tree: _Tree, iid: str, *, n_variants: int, seed: int, kinds: tuple[str, ...] | list[str] = KINDS
+               ) -> list[Variant]:
+    """`build_variants` on an open scratch tree (reset to the gold patch first, so one tree serves many seeds)."""
+    tree.reset()
     rng = random.Random(f"{iid}:{seed}")
-    tmp = Path(tempfile.mkdtemp(prefix="gagar-sft-", dir=work_root))
-    try:
-        root = tmp / "repo"
-        try:
-            gitsafe.export_commit(src, str(instance["base_commit"]), root)
-        except gitsafe.GitError as exc:
-            raise DegradeError(f"{iid}: {exc}") from exc
-        _git(
-            root, "apply", "--whitespace=nowarn", "-", input_text=gold if gold.endswith("\n") else gold + "\n"
-        )
-        tree = _Tree(root, str(instance["base_commit"]), language, gold)
-        handlers = _handlers(language)
-        variants = [Variant("gold", gold)]
-        applied: list[Applied] = []
-        order = list(kinds)
-        rng.shuffle(order)
-        used: set[str] = set()
-        for kind in order:
-            if len(variants) > n_variants:
-                break
-            done = _try_kind(tree, kind, handlers[kind], rng, used)
-            if done is None:
-                continue
-            used.add(done.path)
-            applied.append(done)
-            variants.append(
-                Variant(f"d{len(applied)}", tree.patch(), list(applied), _evidence(tree, applied))
-            )
-        return variants
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    handlers = _handlers(tree.language)
+    variants = [Variant("gold", tree.gold)]
+    applied: list[Applied] = []
+    order = list(kinds)
+    rng.shuffle(order)
+    used: set[str] = set()
+    for kind in order:
+        if len(variants) > n_variants:
+            break
+        done = _try_kind(tree, kind, handlers[kind], rng, used)
+        if done is None:
+            continue
+        used.add(done.path)
+        applied.append(done)
+        variants.append(Variant(f"d{len(applied)}", tree.patch(), list(applied), _evidence(tree, applied)))
+    return variants

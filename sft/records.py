@@ -67,8 +67,12 @@ def build_records(
     inspect: bool = True,
     cite: str = "given",
     extra_calls: list[tuple[str, dict[str, Any]]] | None = None,
+    findings: bool | list[bool] = True,
 ) -> list[dict[str, Any]]:
     """One record per letter shuffle in `seeds`, all from one staged workspace.
+
+    `findings` (one flag, or one per seed): whether the prompt shows the static findings; a judge trained on
+    both kinds must read the code, since half of its prompts give it nothing to count.
 
     `inspect=False` answers straight from the first user turn (summary + static findings): the short
     conversation a small judge learns. `cite="findings"` answers from what the prompt shows: tiers from the
@@ -85,10 +89,11 @@ def build_records(
             raise RecordError(f"{group.instance_id}: candidate {rid} could not be staged: {why}")
         if cite == "findings":
             tiers = _visible_tiers(ws, order)
-        for seed in seeds:
+        shown = findings if isinstance(findings, list) else [findings] * len(seeds)
+        for seed, with_findings in zip(seeds, shown, strict=True):
             ws.relabel(seed)
             ev = _cited(ws, tiers) if cite == "findings" else evidence
-            out.append(_record(ws, order, tiers, ev, inspect, extra_calls or []))
+            out.append(_record(ws, order, tiers, ev, inspect, extra_calls or [], with_findings))
     return out
 
 
@@ -118,10 +123,11 @@ def _record(
     evidence: dict[str, list[str]],
     inspect: bool,
     extra_calls: list[tuple[str, dict[str, Any]]],
+    findings: bool = True,
 ) -> dict[str, Any]:
     group = ws.group
     labels = list(ws.labels)
-    messages = build_initial_messages(group, ws, labels)
+    messages = build_initial_messages(group, ws, labels, findings=findings)
     calls: list[tuple[str, dict[str, Any]]] = [("show_diff", {"candidate": lab}) for lab in labels] if inspect else []
     calls += extra_calls
     for name, args in calls:
@@ -142,6 +148,7 @@ def _record(
         "tiers": {r: int(tiers[r]) for r in order},
         "label_to_rollout": dict(ws.label_to_rollout),
         "workspace_seed": ws.seed,
+        "findings": findings,
     }
 
 

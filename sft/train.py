@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gagar.schema import ConfigError, Section, read_yaml, validate
 from sft.evaluate import answer_step_metrics
@@ -52,6 +52,13 @@ class LoraSection(Section):
     alpha: int = Field(32, ge=1)
     dropout: float = Field(0.05, ge=0, lt=1)
     target_modules: str | list[str] = "all-linear"
+    layers: str | list[int] | None = None  # e.g. "15-29": adapt only those decoder layers (the rest: no backward)
+
+    @field_validator("layers")
+    @classmethod
+    def _layers(cls, v: str | list[int] | None) -> str | list[int] | None:
+        _layer_range(v)  # a bad range is refused when the config loads, not after the model has
+        return v
 
 
 class TrainingSection(Section):
@@ -75,6 +82,7 @@ class TrainingSection(Section):
     bf16: Literal["auto"] | bool = "auto"
     # group_by_length: batches of similar length waste less compute on padding
     sampling: Literal["random", "group_by_length"] = "random"
+    max_minutes: float | None = Field(None, gt=0)  # a time cap: training stops there, whatever max_steps says
 
 
 class EvalSection(Section):
@@ -138,6 +146,18 @@ def _fits(tokenizer: Any, records: list[dict[str, Any]], max_length: int) -> tup
     return keep, len(records) - len(keep)
 
 
+def _layer_range(spec: Any) -> list[int] | None:
+    """`lora.layers`: None (all), a list of layer indexes, or "A-B" (inclusive)."""
+    if spec in (None, "", "all"):
+        return None
+    if isinstance(spec, list) and all(isinstance(i, int) for i in spec):
+        return spec
+    parts = str(spec).split("-")
+    if len(parts) == 2 and all(p.strip().isdigit() for p in parts) and int(parts[0]) <= int(parts[1]):
+        return list(range(int(parts[0]), int(parts[1]) + 1))
+    raise ConfigError(f"lora.layers must be a list of layer indexes or 'A-B', got {spec!r}")
+
+
 def _resolve_model(cfg: dict[str, Any]) -> str:
     if cfg["model"]:
         model = str(cfg["model"])
@@ -148,12 +168,73 @@ def _resolve_model(cfg: dict[str, Any]) -> str:
             raise ConfigError(
                 f"model path {model} does not exist (give a hub id like owner/name or a local dir)"
             )
-        return str(local) if local.exists() else model
+        if local.exists():
+            return str(local)
+        from inference.models import resolve_model
+
+        return resolve_model(model)  # a registry name (`gagar model pull NAME`): pulled on first use
     from sft.tiny import build_tiny_model
 
     tiny = dict(cfg["tiny_model"])
     out = tiny.pop("out_dir", None) or os.path.join(str(cfg["output_dir"]), "tiny-base")
     return str(build_tiny_model(out, **tiny))
+
+
+def _fit_schedule(scheduler: Any, steps: int) -> bool:
+    """Give a transformers LambdaLR schedule (cosine, linear, ...) a new horizon of `steps`; False if it has none."""
+    import functools
+
+    lambdas = getattr(scheduler, "lr_lambdas", None) or []
+    fits = [f for f in lambdas if isinstance(f, functools.partial) and "num_training_steps" in f.keywords]
+    if not fits or len(fits) != len(lambdas):
+        return False
+    scheduler.lr_lambdas = [functools.partial(f.func, *f.args, **{**f.keywords, "num_training_steps": steps})
+                            for f in fits]
+    return True
+
+
+def _clock_callback(max_minutes: float | None, measure_steps: int = 8) -> Any:
+    """The time budget: after `measure_steps` optimizer steps it prints the estimate, and if the run would pass
+    `max_minutes` it shortens it to the steps that fit, learning-rate schedule included (a cosine that ends where
+    the run ends, not one cut off at full height); it also stops at the cap itself."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.t0 = self.t_first = 0.0
+            self.stopped_at_cap = False
+            self.planned_steps: int | None = None
+            self.fitted_steps: int | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.t0 = time.perf_counter()
+            self.planned_steps = state.max_steps
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            now = time.perf_counter()
+            spent = now - self.t0
+            if state.global_step == 1:
+                self.t_first = now  # the first step pays for warm-up (allocations, kernels): not a fair sample
+            if state.global_step == measure_steps:
+                per = (now - self.t_first) / (measure_steps - 1)
+                total = state.max_steps
+                print(f"gagar sft train: {per:.1f} s/step: about {per * total / 60:.0f} min for {total} steps"
+                      + (f" (budget {max_minutes:g} min)" if max_minutes else ""), flush=True)
+                if max_minutes:
+                    fit = state.global_step + int((max_minutes * 60 - spent) / per)
+                    if fit < total and _fit_schedule(kw.get("lr_scheduler"), fit):
+                        state.max_steps = self.fitted_steps = fit
+                        print(f"gagar sft train: {fit} steps fit the budget; the schedule now ends there",
+                              flush=True)
+            if self.fitted_steps and state.global_step >= self.fitted_steps:
+                control.should_training_stop = True
+            if max_minutes and spent > max_minutes * 60:
+                self.stopped_at_cap = True
+                control.should_training_stop = True
+
+    return Clock()
 
 
 def _ranking_trainer_class() -> type:
@@ -262,6 +343,11 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
     val_ds = Dataset.from_list([{"messages": r["messages"]} for r in val_rows]) if val_rows else None
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if bf16 else torch.float32)
     targets = lo["target_modules"]
+    layers = _layer_range(lo["layers"])
+    if layers is not None and targets == "all-linear":
+        # PEFT takes a layer list only with named modules: every linear layer of the decoder blocks, by name.
+        targets = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                          if isinstance(m, torch.nn.Linear) and "lm_head" not in n})
     # LoRA adapts what a pretrained model already knows; a model built from scratch has nothing to adapt, so
     # `lora.enabled: false` trains every weight (the from-scratch judge of `make judge`).
     lora = LoraConfig(
@@ -269,6 +355,7 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         lora_alpha=int(lo["alpha"]),
         lora_dropout=float(lo["dropout"]),
         target_modules=targets if isinstance(targets, str) else list(targets),
+        layers_to_transform=layers,
         task_type="CAUSAL_LM",
     ) if lo["enabled"] else None
     steps_per_epoch = math.ceil(
@@ -312,6 +399,8 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         ranking_records=val_rows[: int(ev["max_groups"])] if ev["ranking"] else [],
         ranking_max_new_tokens=int(ev["max_new_tokens"]),
     )
+    clock = _clock_callback(float(t["max_minutes"]) if t["max_minutes"] else None)
+    trainer.add_callback(clock)
     resume = cfg["resume_from_checkpoint"] if resume is None else resume
     if resume is True:
         resume = get_last_checkpoint(str(out)) if out.is_dir() else None
@@ -344,6 +433,9 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         "load_average": {"start": [round(x, 2) for x in load0], "end": [round(x, 2) for x in os.getloadavg()]},
         "resumed_from": resume or None,
         "global_step": trainer.state.global_step,
+        "stopped_at_time_cap": clock.stopped_at_cap,
+        "planned_steps": clock.planned_steps,
+        "steps_fitted_to_budget": clock.fitted_steps,
         "train_loss": result.training_loss,
         "records": {"train": len(train_rows), "val": len(val_rows)},
         "dropped_too_long": {"train": dropped_train, "val": dropped_val},

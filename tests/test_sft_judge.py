@@ -1,6 +1,7 @@
-"""The learning path of the judge, proven on CPU: a from-scratch model trained on a handful of groups until its
-answer is exact, then `gagar grade --judge llm` with that model returns exactly the known rankings — its own
-answers, with no heuristic fallback. (`make judge` is the full-size run on held-out instances; not in CI.)"""
+"""Plumbing of the judge's learning path, with a tiny random model standing in (sft/tiny.py; never the product's
+judge): a from-scratch model trained on a handful of groups until its answer is exact, then `gagar grade --judge
+llm` with that model returns exactly the known rankings — its own answers, with no heuristic fallback. The
+product's judge is SmolLM2-135M-Instruct with a LoRA adapter (`make judge`: held-out repositories; not in CI)."""
 
 from __future__ import annotations
 

@@ -158,3 +158,64 @@ def test_bad_config_exits_2(tmp_path, capsys):
     assert sft_main(["train", "--config", str(bad)]) == 2
     assert "epochz" in capsys.readouterr().err
     assert sft_main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_lora_layer_ranges_and_a_bad_one_exits_2(tmp_path, capsys):
+    from sft.train import _layer_range
+
+    assert _layer_range(None) is None and _layer_range("all") is None
+    assert _layer_range("15-17") == [15, 16, 17] and _layer_range([3, 5]) == [3, 5]
+    bad = tmp_path / "bad_layers.yaml"
+    bad.write_text("model: x\ndata: {train: t.jsonl}\noutput_dir: o\nlora: {layers: '9-3'}\n")
+    assert sft_main(["train", "--config", str(bad)]) == 2
+    assert "lora.layers" in capsys.readouterr().err
+
+
+def test_fit_schedule_ends_the_cosine_where_the_shortened_run_ends():
+    import torch
+    from transformers import get_constant_schedule, get_cosine_schedule_with_warmup
+
+    from sft.train import _fit_schedule
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=2, num_training_steps=100)
+    for _ in range(10):
+        opt.step()
+        sched.step()
+    assert sched.get_last_lr()[0] > 0.9  # still near the top of a 100-step cosine
+    assert _fit_schedule(sched, 20)
+    for _ in range(10):
+        opt.step()
+        sched.step()
+    assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)  # the shortened cosine has reached its end
+    assert not _fit_schedule(get_constant_schedule(opt), 20)  # no horizon to move: the caller keeps the plan
+
+
+def test_time_budget_shortens_the_run_after_measuring_it(monkeypatch, capsys):
+    import time
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import get_cosine_schedule_with_warmup
+
+    from sft.train import _clock_callback
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(time, "perf_counter", lambda: clock["t"])
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=0, num_training_steps=100)
+    cb = _clock_callback(max_minutes=2.0)  # 120 s; each step below takes 10 s
+    state, control = SimpleNamespace(global_step=0, max_steps=100), SimpleNamespace(should_training_stop=False)
+    cb.on_train_begin(None, state, control)
+    for step in range(1, 101):
+        clock["t"] = 10.0 * step
+        state.global_step = step
+        opt.step()
+        sched.step()
+        cb.on_step_end(None, state, control, lr_scheduler=sched)
+        if control.should_training_stop:
+            break
+    # After 8 steps (80 s) the remaining 40 s fit 4 more: the run and its cosine end at step 12.
+    assert cb.fitted_steps == 12 and state.global_step == 12 and not cb.stopped_at_cap
+    assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)
+    assert "10.0 s/step: about 17 min for 100 steps" in capsys.readouterr().out

@@ -22,10 +22,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def base_model_path(cfg: ModelConfig) -> str:
-    """`tiny` builds (once, cached) the random tiny Qwen2 from sft.tiny; anything else is passed through."""
+def base_model_path(cfg: ModelConfig, log: Any = print) -> str:
+    """A registry name (`smollm2-135m-instruct`) is pulled once into `cache_dir/base/NAME` (`gagar model pull`);
+    `tiny` builds (once, cached) the random tiny Qwen2 from sft.tiny — plumbing tests only; a local path or a
+    hub id is passed through."""
     if cfg.name_or_path != "tiny":
-        return cfg.name_or_path
+        from inference.models import resolve_model
+
+        return resolve_model(cfg.name_or_path, cfg.cache_dir, log=log)
     from sft.tiny import build_tiny_model
 
     out = Path(cfg.cache_dir) / f"tiny-h{cfg.tiny_hidden_size}-l{cfg.tiny_num_layers}-s{cfg.seed}"
@@ -166,7 +170,7 @@ def build_policy(cfg: TrainConfig, instances: dict, *, ckpt: Path | None = None,
     """The policy to train: from a checkpoint (its base model, adapter or weights, optimiser state), or the
     configured model — warm-started on the tasks' rollout patches first when `warmstart.enabled`."""
     state = state or {}
-    path = state.get("base_model") or base_model_path(cfg.model)
+    path = state.get("base_model") or base_model_path(cfg.model, log)
     tokenizer = load_tokenizer(path)
     if cfg.warmstart.enabled and not ckpt:
         from trainer.warmstart import ensure_warmstart
