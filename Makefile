@@ -8,7 +8,7 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: experiment-loop setup venv docker images tasks env-tasks demo test test-full lint bench reliability judge clean
+.PHONY: experiment-loop setup venv docker images tasks env-tasks demo demo-smol test test-full lint bench reliability judge clean
 
 setup: venv docker images tasks
 
@@ -39,8 +39,16 @@ tasks: venv
 env-tasks: venv
 	$(PY) examples/build_tasks.py --tasks-dir examples/env_tasks --out $(WORK)/env-tasks
 
+# torch's OpenMP threads spin while waiting; on a machine shared by more jobs than cores, PASSIVE waits keep
+# them from taking the cores of the threads doing the work (docs/trainer.md, "CPU threads"). Override as you like.
+demo demo-smol test test-full: export OMP_WAIT_POLICY ?= PASSIVE
+
 demo: setup
-	bash scripts/demo.sh $(WORK)
+	bash scripts/demo.sh $(WORK) tiny
+
+# The policy on the pretrained SmolLM2-135M-Instruct (pulled once, LoRA, warm start then RL; docs/trainer.md).
+demo-smol: setup
+	bash scripts/demo.sh $(WORK) smol
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

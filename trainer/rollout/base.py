@@ -29,8 +29,10 @@ def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str) ->
     if backend == "vllm":
         if not cfg.lora.enabled:
             raise RuntimeError("rollout.backend=vllm pushes LoRA adapters only; set lora.enabled: true")
+        from inference.models import resolve_model
         from inference.vllm import VLLMBackend
 
-        return VLLMBackend.for_policy(cfg.model.name_or_path, lora_rank=cfg.lora.r, dtype=cfg.model.dtype,
+        base = resolve_model(cfg.model.name_or_path, cfg.model.cache_dir)  # a registry name → its directory
+        return VLLMBackend.for_policy(base, lora_rank=cfg.lora.r, dtype=cfg.model.dtype,
                                       seed=cfg.seed, tokenizer=tokenizer, work_dir=work_dir)
     raise ValueError(f"unknown rollout backend {backend!r}")
