@@ -8,7 +8,7 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: experiment-loop setup venv docker images tasks env-tasks demo demo-smol test test-full lint bench reliability judge clean
+.PHONY: swebench experiment-loop setup venv docker images tasks env-tasks demo demo-smol test test-full lint bench reliability judge clean
 
 setup: venv docker images tasks
 
@@ -64,6 +64,12 @@ bench: setup
 	$(PY) bench/advantage.py
 
 # Not in CI: about 40 min on 2 cores (it prints its estimate first; finished runs are reused).
+# Real SWE-bench rows (flask, sympy, requests: cloned from GitHub, or SOURCES="--source owner/name=PATH ...")
+# through `gagar eval --env-specs` with SWE-bench 4.1.0's specs, and the per-spec build table -> environments.json.
+swebench: setup
+	$(PY) bench/environments.py --swebench-table
+	$(PY) bench/swebench_rows.py $(SOURCES)
+
 experiment-loop: setup
 	$(GAGAR) experiment loop --arms grpo,grpo+gagar,control --seeds 3 --steps 12 --out bench/results/experiments
 

@@ -40,12 +40,13 @@ def loop_gapo(scores: torch.Tensor, index: list, coverage=0.5, eps=1e-6) -> torc
         n = len(s)
         k = max(1, math.ceil(coverage * n))
         widths = [s[j + k - 1] - s[j] for j in range(n - k + 1)]
-        # the engine's tie rule: widths within 8 float32 rounding steps of the largest |reward| tie -> lowest
-        tol = 8 * torch.finfo(torch.float32).eps * max(abs(s[0]), abs(s[-1]))
-        least = min(widths)
-        start = next(j for j, w in enumerate(widths) if w <= least + tol)
-        w = s[start : start + k]
-        q = (w[(k - 1) // 2] + w[k // 2]) / 2
+        # the engine's tie rule: widths within 8 float32 rounding steps of the windows' own end values tie, and
+        # Q is the mean of the tied windows' medians
+        ulp = 8 * torch.finfo(torch.float32).eps
+        tol = [ulp * max(abs(s[j]), abs(s[j + k - 1])) for j in range(n - k + 1)]
+        best = min(range(len(widths)), key=widths.__getitem__)
+        tied = [j for j, w in enumerate(widths) if w - widths[best] <= tol[j] + tol[best]]
+        q = sum((s[j + (k - 1) // 2] + s[j + k // 2]) / 2 for j in tied) / len(tied)
         d = torch.sqrt(((vals - q) ** 2).sum() / max(n - 1, 1))
         out[members] = (vals - q) / (d + eps)
     return out

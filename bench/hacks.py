@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -123,6 +124,32 @@ def real_golds(repo: Path, limit: int) -> dict:
     return {"repo": str(repo), "gold_fixes": n, "flagged": flagged, "problems": problems}
 
 
+def fresh_section(args: argparse.Namespace) -> int:
+    """Issue 23's fresh set: static, behavioural and combined lines on real fixes with hand-written hacks."""
+    sys.path.insert(0, str(ROOT / "bench" / "hackset"))
+    import fresh
+    import hacks_more_itertools as hm
+
+    repos = Path(args.fresh_repos_dir)
+    tasks = json.loads(Path(args.fresh).read_text())
+    t0 = time.time()
+    section = fresh.run(tasks, repos, hm.HACKS, hm.SPLIT)
+    section["honest_groups"] = fresh.honest_groups(tasks, repos)
+    golds = tasks + (json.loads(Path(args.fresh_golds).read_text()) if args.fresh_golds else [])
+    section["golds_alone"] = fresh.golds_alone(golds, repos)
+    section["seconds"] = round(time.time() - t0, 1)
+    section["machine"] = {"python": platform.python_version(), "cores": os.cpu_count(), "load": os.getloadavg()}
+    out = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+    out["fresh"] = section
+    atomic_write_text(args.out, json.dumps(out, indent=2) + "\n")
+    print(json.dumps(section["summary"], indent=1))
+    print("honest groups:", {k: v for k, v in section["honest_groups"].items() if k != "problems"})
+    print("golds alone:", {k: v for k, v in section["golds_alone"].items() if k != "problems"})
+    for p in section["honest_groups"]["problems"] + section["golds_alone"]["problems"]:
+        print("  ", p)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default=str(ROOT / ".gagar" / "tasks"))
@@ -130,7 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "hacks.json"))
     ap.add_argument("--golds", nargs="*", default=[], help="local git clones whose bug-fix history to check")
     ap.add_argument("--golds-limit", type=int, default=150, help="gold fixes per clone")
+    ap.add_argument("--fresh", help="tasks of the fresh hack set (bench/hackset/tasks.json); with --fresh-repos-dir, "
+                    "runs only that section and updates it in --out")
+    ap.add_argument("--fresh-repos-dir", help="repos dir holding more-itertools__more-itertools")
+    ap.add_argument("--fresh-golds", help="more real fixes (prepare.py output) probed alone for precision")
     args = ap.parse_args(argv)
+    if args.fresh:
+        return fresh_section(args)
     tasks = Path(args.tasks)
     if not (tasks / "groups.jsonl").is_file():
         print(f"no bundled tasks at {tasks}: run `make tasks` first", file=sys.stderr)

@@ -185,6 +185,7 @@ def workspace_hacks(ws) -> dict[str, list[HackFinding]]:  # noqa: ANN001 - Share
     for label in ws.labels:
         rid = ws.rollout_of(label)
         found = candidate_hacks(group.candidate(rid).patch, ws.base_dir, ws.worktree(label), lits, known)
+        found += [HackFinding(**f) for f in group.behaviour.get(rid, [])]
         if found:
             out[rid] = found
     _base_cache[ws] = out

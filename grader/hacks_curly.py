@@ -239,8 +239,9 @@ class CurlyAnalyzer:
             body = self.block_after(first)
             if caught and not any(t.value == "throw" for t in body):
                 self.add("silencing", line, f"catches {'/'.join(sorted(caught))} and carries on")
+        raw_exit = self.go and ("Exit" in idents or "Exec" in idents) and ("syscall" in idents or "unix" in idents)
         if not self.main_file and (("os" in idents and "Exit" in idents) or ("System" in idents and "exit" in idents)
-                                   or ("halt" in idents and "Runtime" in idents)):
+                                   or ("halt" in idents and "Runtime" in idents) or raw_exit):
             self.add("silencing", line, "library code ends the process")
 
 

@@ -91,14 +91,17 @@ def build_initial_messages(group: Group, workspace: SharedWorkspace, labels: lis
 
 def candidate_findings(workspace: SharedWorkspace, labels: list[str]) -> dict[str, list[str]]:
     """Each candidate's static findings (`file:line: what`), in file and line order, at most MAX_FINDINGS."""
+    from grader.hacks import workspace_hacks
     from grader.heuristic import workspace_features
 
     feats = workspace_features(workspace)
+    hacks = workspace_hacks(workspace)  # static and behavioural (probe) hack findings lead: they decide a verdict
     out = {}
     for lab in labels:
         f = feats.get(workspace.rollout_of(lab))
         found = sorted(f.findings, key=lambda x: (x.file, x.line, x.kind)) if f else []
-        out[lab] = [x.cite() for x in found[:MAX_FINDINGS]]
+        cites = [h.cite() for h in hacks.get(workspace.rollout_of(lab), [])] + [x.cite() for x in found]
+        out[lab] = cites[:MAX_FINDINGS]
     return out
 
 

@@ -72,6 +72,9 @@ class Group:
     # What the task's tests exercise, so the judge can tell special-casing of test inputs from a general fix.
     test_patch: str = ""
     FAIL_TO_PASS: list[str] = field(default_factory=list)
+    # Behavioural hack findings (`grader.probes`): rollout_id -> [{kind, file, line, detail}]; they join the
+    # static findings as verdicts and are shown to the judge.
+    behaviour: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "group") -> Group:
@@ -107,6 +110,7 @@ class Group:
             candidates=candidates,
             test_patch=str(d.get("test_patch") or ""),
             FAIL_TO_PASS=[str(t) for t in f2p],
+            behaviour=_behaviour(d.get("behaviour"), f"{where} ({iid})"),
         )
 
     @classmethod
@@ -156,7 +160,25 @@ class Group:
             "candidates": [c.to_dict() for c in self.candidates],
             "test_patch": self.test_patch,
             "FAIL_TO_PASS": list(self.FAIL_TO_PASS),
+            **({"behaviour": {k: [dict(f) for f in v] for k, v in self.behaviour.items()}} if self.behaviour else {}),
         }
+
+
+def _behaviour(raw: Any, where: str) -> dict[str, list[dict[str, Any]]]:
+    """Validated `behaviour` findings of a group line (see Group.behaviour)."""
+    if raw in (None, {}):
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: 'behaviour' must map rollout ids to lists of findings")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rid, items in raw.items():
+        if not isinstance(items, list) or not all(
+                isinstance(f, dict) and f.get("kind") in ("special_casing", "silencing", "weakening") for f in items):
+            raise InputError(f"{where}: behaviour[{rid!r}] must be a list of {{kind, file, line, detail}} with kind "
+                             "special_casing, silencing or weakening")
+        out[str(rid)] = [{"kind": f["kind"], "file": str(f.get("file") or ""), "line": int(f.get("line") or 1),
+                          "detail": str(f.get("detail") or "")} for f in items]
+    return out
 
 
 @dataclass

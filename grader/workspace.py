@@ -2,8 +2,9 @@
 
 The judge sees every candidate side by side under neutral letters (A, B, C, ...) whose order is shuffled per
 workspace (seeded), so neither the rollout ids nor the input order can leak a preference. Patches are
-untrusted: each is validated before `git apply` runs, and a candidate whose patch is refused or does not apply
-is reported in `failed` instead of aborting the group.
+untrusted: each is validated, then applied with the sandbox's own chain (`sandbox.apply.apply_patch`: git apply,
+--3way, --reject, patch --fuzz), so a patch that passed in the sandbox is always staged; a candidate whose patch
+is refused or does not apply is reported in `failed` instead of aborting the group.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 from types import TracebackType
 
 from grader.records import Candidate, Group, InputError
+from sandbox.apply import apply_patch
 from sandbox.integrity import gitsafe
+from sandbox.patchcheck import EmptyPatch, PatchRejected
 
 MAX_PATCH_BYTES = 1 << 20
 _PATH_LINE = re.compile(r"^(?:diff --git (\S+) (\S+)|--- (\S+)|\+\+\+ (\S+)|(?:rename|copy) (?:from|to) (.+))$")
@@ -101,6 +104,7 @@ class SharedWorkspace:
         self.label_to_rollout: dict[str, str] = {}
         self.rollout_to_label: dict[str, str] = {}
         self.failed: dict[str, str] = {}
+        self.apply_methods: dict[str, str] = {}  # rollout id -> the method of the sandbox's chain that applied it
         self._dirs: dict[str, Path] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -166,24 +170,27 @@ class SharedWorkspace:
         wt = self.root / "cands" / f"c{index}"
         base_git = self.base_dir / ".git"
         gitsafe.git("worktree", "add", "--detach", "--quiet", str(wt), self.group.base_commit, git_dir=base_git)
+        # The sandbox's own chain (git apply → --3way → --reject → patch --fuzz), so every patch the sandbox
+        # applied — every passing one — is staged here too, and reaches the hack check and the judge. The
+        # worktree is the grader's own (nothing but a validated patch wrote to it): git may run in it.
         text = cand.patch if cand.patch.endswith("\n") else cand.patch + "\n"
-        err = ""
-        for extra in ([], ["--recount", "--ignore-whitespace"], ["-C1", "--recount", "--ignore-whitespace"]):
-            # The worktree is the grader's own (nothing but a validated patch wrote to it): git may read it.
-            res = gitsafe.run("apply", "--whitespace=nowarn", *extra, "-", cwd=wt, input=text, timeout=120)
-            if res.rc == 124 and "timed out" in res.err:
-                err = "git apply timed out"
-                break
-            if res.ok:
-                self._dirs[cand.rollout_id] = wt
-                return None
-            err = res.err
-            gitsafe.run("checkout", "--quiet", "--", ".", cwd=wt)
-            gitsafe.run("clean", "-fdq", cwd=wt)
+        try:
+            outcome = apply_patch(wt, text, base_commit=self.group.base_commit, max_bytes=self.max_patch_bytes,
+                                  fresh=True)
+        except (PatchRejected, EmptyPatch) as exc:
+            outcome, refused = None, f"patch refused: {exc}"
+        if outcome is not None and outcome.applied:
+            self._dirs[cand.rollout_id] = wt
+            self.apply_methods[cand.rollout_id] = str(outcome.method)
+            return None
         shutil.rmtree(wt, ignore_errors=True)
         gitsafe.run("worktree", "prune", git_dir=base_git)
-        first = err.splitlines()[0] if err else "git apply failed"
-        return f"patch does not apply to {self.group.base_commit[:12]}: {first}"
+        if outcome is None:
+            return refused
+        tried = [ln for ln in outcome.log.splitlines() if ln.startswith("$ ")]
+        first = next((ln for ln in outcome.log.splitlines() if ln and not ln.startswith("$ ")), "no method applied")
+        return (f"patch does not apply to {self.group.base_commit[:12]} (tried {len(tried)} methods: "
+                f"{', '.join(t[2:].split(' (')[0] for t in tried)}): {first}")
 
     def close(self) -> None:
         if self.root is not None and self.root.exists():

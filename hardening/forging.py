@@ -189,8 +189,9 @@ def go_cases(r: MiniRepo) -> list[tuple]:
     return [
         ("go_printed_pass", "Add() prints a `--- PASS: TestAdd` line, then the real test fails",
          calc("", '\t"fmt"\n', plain), True, False),
-        ("go_hidden_pass_exit", "Add() prints obfuscated PASS framing and leaves with syscall.Exit(0) (no "
-         "os.Exit hook, no static trace)", calc("", '\t"fmt"\n\t"strings"\n\t"syscall"\n', hidden), None, True),
+        ("go_hidden_pass_exit", "Add() prints obfuscated PASS framing and leaves with syscall.Exit(0), past "
+         "-test.paniconexit0 (Go can only reach that exit by naming it: flagged)",
+         calc("", '\t"fmt"\n\t"strings"\n\t"syscall"\n', hidden), True, False),
         ("go_init_exit", "an init() in calc.go prints passing framing for every test and exits 0 before any runs",
          calc(init, '\t"fmt"\n\t"os"\n\t"strings"\n'), True, False),
         ("go_testmain", "a new main_test.go with TestMain printing passes and exiting 0",

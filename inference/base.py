@@ -18,6 +18,9 @@ class Sample:
     token_ids: list[int]  # the completion only, as sampled (eos included when the model emitted it)
     text: str
     finish_reason: str  # "stop" (eos or a stop string) | "length"
+    # log π_sampler(token) of each sampled token, under the distribution it was drawn from, when the engine
+    # reports it (vLLM, an OpenAI-compatible server); the trainer corrects sampler-vs-trainer mismatch with it
+    logprobs: list[float] | None = None
 
 
 @runtime_checkable

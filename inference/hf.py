@@ -10,11 +10,26 @@ by it (`grader.grammar`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from inference.base import BackendError, Messages, Sample
+
+
+@contextlib.contextmanager
+def _only(model: Any, config: Any) -> Iterator[None]:
+    """While open, the model's own `generation_config` (which `generate` reads for every field a call leaves
+    unset) is `config`: none of the checkpoint's sampling defaults can reach the sampler."""
+    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    saved = core.generation_config
+    core.generation_config = config
+    try:
+        yield
+    finally:
+        core.generation_config = saved
 
 
 class TransformersBackend:
@@ -74,18 +89,24 @@ class TransformersBackend:
         top_p: float = 1.0,
         stop: list[str] | None = None,
     ) -> list[Sample]:
-        """One completion per prompt; prompts are batched by similar length (less padding), order kept."""
+        """One completion per prompt (the policy's samples: exactly temperature and top-p, see
+        `generation_config`); prompts are batched by similar length (less padding), order kept."""
+        return self._generate(prompts, max_new_tokens, temperature, top_p, stop, exact=True)
+
+    def _generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
+                  stop: list[str] | None, exact: bool) -> list[Sample]:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[Sample | None] = [None] * len(prompts)
         for i in range(0, len(order), self.batch_size):
             rows = order[i : i + self.batch_size]
-            got = self._batch([prompts[r] for r in rows], max_new_tokens, temperature, top_p, stop)
+            got = self._batch([prompts[r] for r in rows], max_new_tokens, temperature, top_p, stop, exact)
             for r, s in zip(rows, got, strict=True):
                 out[r] = s
         return [s for s in out if s is not None]
 
     def _batch(
-        self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float, stop: list[str] | None
+        self, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float, stop: list[str] | None,
+        exact: bool,
     ) -> list[Sample]:
         import torch
 
@@ -97,20 +118,18 @@ class TransformersBackend:
         for r, p in enumerate(prompts):
             ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask[r, width - len(p) :] = 1
-        kwargs: dict[str, Any] = {
-            "input_ids": ids.to(device),
-            "attention_mask": mask.to(device),
-            "max_new_tokens": max_new_tokens,
-            "pad_token_id": self.pad_id,
-            "eos_token_id": sorted(self.eos_ids),
-        }
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-        else:
-            kwargs.update(do_sample=False)
+        kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+        if exact:  # the policy: the sampler's distribution must be the trainer's
+            kwargs["generation_config"] = self.generation_config(max_new_tokens, temperature, top_p)
+            defaults = _only(model, kwargs["generation_config"])
+        else:  # the judge's chat replies keep the checkpoint's own decoding defaults
+            kwargs.update(max_new_tokens=max_new_tokens, pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids))
+            kwargs.update(dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0
+                          else dict(do_sample=False))
+            defaults = contextlib.nullcontext()
         if stop:
             kwargs.update(stop_strings=stop, tokenizer=self.tokenizer)
-        with self._lock, torch.no_grad():
+        with self._lock, torch.no_grad(), defaults:
             was_training = model.training
             model.eval()
             try:
@@ -119,22 +138,59 @@ class TransformersBackend:
                 model.train(was_training)
         return [self._sample(row, stop) for row in gen[:, width:].tolist()]
 
+    def generation_config(self, max_new_tokens: int, temperature: float, top_p: float) -> Any:
+        """The complete sampling configuration: temperature and top-p and nothing else. transformers fills every
+        field left unset from the model's own `generation_config` (repetition_penalty, no_repeat_ngram_size,
+        min_length, top_k, suppress_tokens, ...), which the trainer's log-prob warper (`trainer.policy.warp_logits`:
+        temperature, then the nucleus) does not apply; `generate` is therefore run with this config in the model's
+        place too (`_only`), so the logits processors are exactly the warper's."""
+        from transformers import GenerationConfig
+
+        sample = temperature > 0
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens, min_new_tokens=None, min_length=0, do_sample=sample, num_beams=1,
+            temperature=temperature if sample else 1.0, top_p=top_p if sample else 1.0, top_k=0, typical_p=1.0,
+            min_p=None, epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0, encoder_repetition_penalty=1.0,
+            no_repeat_ngram_size=0, encoder_no_repeat_ngram_size=0, length_penalty=1.0, diversity_penalty=0.0,
+            bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None, sequence_bias=None,
+            forced_bos_token_id=None, forced_eos_token_id=None, exponential_decay_length_penalty=None,
+            guidance_scale=None, renormalize_logits=False, remove_invalid_values=False,
+            pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), num_return_sequences=1,
+        )
+
     def _sample(self, row: list[int], stop: list[str] | None) -> Sample:
-        toks: list[int] = []
-        finish = "length"
-        for t in row:
-            toks.append(t)
+        """A row of `generate`'s output → the tokens the model sampled. A row ends at its first eos (sampled:
+        kept), or at the token that completed a stop string, or at max_new_tokens; everything after is padding,
+        whatever its id — for Qwen tokenizers the pad token *is* an eos id, and keeping one would train on a
+        token the policy never sampled (and a sampled pad token inside a row is kept)."""
+        end, finish = len(row), "length"
+        for i, t in enumerate(row):
             if t in self.eos_ids:
-                finish = "stop"
+                end, finish = i + 1, "stop"
                 break
-        # Rows that finished early (stop string, or another row still running) are padded; drop the padding.
-        while toks and toks[-1] == self.pad_id and self.pad_id not in self.eos_ids:
-            toks.pop()
-            finish = "stop"
+        if stop:
+            cut = self._stop_end(row[:end], stop)
+            if cut is not None and cut < end or (cut == end and finish == "length"):
+                end, finish = cut, "stop"
+        toks = row[:end]  # a row that ran to max_new_tokens holds no padding: every token was sampled
         text = self.tokenizer.decode(toks, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        if finish == "length" and stop and any(text.rstrip().endswith(s) for s in stop):
-            finish = "stop"
         return Sample(token_ids=toks, text=text, finish_reason=finish)
+
+    def _stop_end(self, toks: list[int], stop: list[str]) -> int | None:
+        """The length of the shortest prefix of `toks` whose text contains a stop string (None: none does);
+        binary search, since a longer prefix's text extends a shorter one's."""
+
+        def hit(n: int) -> bool:
+            text = self.tokenizer.decode(toks[:n], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            return any(s in text for s in stop)
+
+        if not toks or not hit(len(toks)):
+            return None
+        lo, hi = 1, len(toks)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if hit(mid) else (mid + 1, hi)
+        return lo
 
     def sync_weights(self, model: Any, step: int) -> None:
         self.model = model  # same object as the trainer's: nothing to copy
@@ -173,7 +229,7 @@ class TransformersBackend:
             if self.max_positions:
                 new_tokens = min(new_tokens, self.max_positions - len(ids))
         if todo:
-            samples = self.generate([ids for _, ids in todo], max_new_tokens=new_tokens, temperature=temperature)
+            samples = self._generate([ids for _, ids in todo], new_tokens, temperature, 1.0, None, exact=False)
             for (i, ids), s in zip(todo, samples, strict=True):
                 out[i] = (s.text, len(ids), len(s.token_ids))
         return out

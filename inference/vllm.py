@@ -20,6 +20,16 @@ _MISSING = (
 )
 
 
+def _sampled_logprobs(ids: list[int], per_position: Any) -> list[float] | None:
+    """vLLM's per-position {token id: Logprob} → the sampled tokens' log-probs (None when absent)."""
+    if not per_position or len(per_position) != len(ids):
+        return None
+    try:
+        return [float(pos[t].logprob) for t, pos in zip(ids, per_position, strict=True)]
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
 class VLLMBackend:
     name = "vllm"
 
@@ -53,9 +63,12 @@ class VLLMBackend:
     @classmethod
     def for_policy(cls, model: str, *, lora_rank: int, dtype: str, seed: int, tokenizer: Any, work_dir: str,
                    gpu_memory_utilization: float = 0.4) -> VLLMBackend:
-        """The policy's sampler: LoRA enabled (adapters arrive through `sync_weights`), sharing the GPU."""
+        """The policy's sampler: LoRA enabled (adapters arrive through `sync_weights`), sharing the GPU. `model`
+        is the base the trainer's adapter sits on — a warm-started or resumed base, not the configured name.
+        Log-probs are reported after temperature and top-p (`processed_logprobs`): the distribution sampled."""
         return cls(model, tokenizer=tokenizer, work_dir=work_dir, enable_lora=True, max_lora_rank=max(8, lora_rank),
-                   gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, seed=seed)
+                   gpu_memory_utilization=gpu_memory_utilization, dtype=dtype, seed=seed,
+                   logprobs_mode="processed_logprobs")
 
     # ── tokens (the policy) ──────────────────────────────────────────────────────────────────────────────
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
@@ -63,14 +76,16 @@ class VLLMBackend:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        # logprobs=0: the sampled token's own log-prob only (no alternatives)
         params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stop=stop or None,
-                                include_stop_str_in_output=True)
+                                include_stop_str_in_output=True, logprobs=0)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
                                  lora_request=self.lora_request, use_tqdm=False)
         samples = []
         for o in outs:
             c = o.outputs[0]
-            samples.append(Sample(token_ids=list(c.token_ids), text=c.text,
+            ids = list(c.token_ids)
+            samples.append(Sample(token_ids=ids, text=c.text, logprobs=_sampled_logprobs(ids, c.logprobs),
                                   finish_reason="length" if c.finish_reason == "length" else "stop"))
         return samples
 

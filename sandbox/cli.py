@@ -172,7 +172,8 @@ def eval_main(argv: list[str]) -> int:
         return _err(prog, f"{args.instances}: no instances")
     from sandbox.env.spec import apply_specs
 
-    apply_specs(instances, env_specs)  # the spec travels with the instance (to Ray workers too)
+    for n in apply_specs(instances, env_specs):  # spec and SWE-bench test command travel with the instance
+        print(f"{prog}: warning: {n}", file=sys.stderr)
     if not predictions:
         return _err(prog, f"{args.predictions}: no predictions to evaluate")
     unknown = sorted({pr.instance_id for pr in predictions if pr.instance_id not in instances})

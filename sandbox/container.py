@@ -27,7 +27,7 @@ from docker.utils.socket import frames_iter
 
 from sandbox.config import SandboxConfig
 from sandbox.integrity.channel import GUEST_DIR, LIB_MOUNT
-from sandbox.watch import OutputCap, WriteWatch, disk_bytes
+from sandbox.watch import STDOUT_REPORT_BYTES, OutputCap, WriteWatch, disk_bytes
 from sandbox.workspace import janitor
 
 LABEL = "gagar.sandbox"
@@ -90,6 +90,9 @@ class RunOutcome:
     output_bytes: int = 0
     truncated: bool = False
     duration_s: float = 0.0
+    # With `stdout_report`: the whole output, uncapped up to STDOUT_REPORT_BYTES (None past it: `report_over`).
+    report: str | None = None
+    report_over: bool = False
 
 
 @dataclass
@@ -236,8 +239,10 @@ class PreparedRun:
     rollouts. `discard()` (or `go()`) removes it."""
 
     def __init__(self, image: str, testbed: Path, report_dir: Path, command: str, config: SandboxConfig, *,
-                 env: dict[str, str] | None = None, name_hint: str = "run", call: str | None = None) -> None:
+                 env: dict[str, str] | None = None, name_hint: str = "run", call: str | None = None,
+                 stdout_report: bool = False) -> None:
         self.config = config
+        self.stdout_report = stdout_report  # the output is the verdict's report: keep it whole (RunOutcome.report)
         self._c = client(http_timeout=config.timeout + 120)
         self._mounted = (Path(testbed), Path(report_dir))
         # The guard plugin comes from the host, read-only: the tests can neither change nor replace it.
@@ -285,7 +290,7 @@ class PreparedRun:
         if self.cid is None:
             raise RuntimeError("this run was discarded")
         c, cid = self._c, self.cid
-        cap = OutputCap(self.config.output_limit_bytes)
+        cap = OutputCap(self.config.output_limit_bytes, STDOUT_REPORT_BYTES if self.stdout_report else 0)
         try:
             # Drained on a thread so the wait can time out.
             sock = self._stdin
@@ -341,6 +346,8 @@ class PreparedRun:
                 output_bytes=cap.total,
                 truncated=cap.truncated,
                 duration_s=duration,
+                report=cap.report(),
+                report_over=cap.report_over,
             )
         except docker.errors.DockerException as exc:
             raise SandboxInfraError(f"docker failed while running the tests: {exc}") from exc
@@ -361,12 +368,13 @@ def run_tests(
     name_hint: str = "run",
     background_remove: bool = False,
     call: str | None = None,
+    stdout_report: bool = False,
 ) -> RunOutcome:
     """Run `command` once in a fresh container with `testbed` at /testbed and `report_dir` at /gagar/report.
     The container is removed before this returns, whatever happens (with `background_remove`, soon after:
     `sandbox.workspace.janitor.drain()` waits for it)."""
-    return PreparedRun(image, testbed, report_dir, command, config, env=env, name_hint=name_hint, call=call).go(
-        background_remove=background_remove)
+    return PreparedRun(image, testbed, report_dir, command, config, env=env, name_hint=name_hint, call=call,
+                       stdout_report=stdout_report).go(background_remove=background_remove)
 
 
 def _stop_container(cid: str, *, restart: bool = False) -> None:

@@ -6,14 +6,16 @@
 - resolved = the suite ran (at least one test parsed), the run finished (`exit_code` is not None; None means
   killed or timed out), and every FAIL_TO_PASS and PASS_TO_PASS test succeeded.
 The exit code is otherwise not used: a non-zero exit with all listed tests passing is still resolved, as in
-SWE-bench (unlisted tests may fail).
+SWE-bench (unlisted tests may fail). A SWE-bench row's ids are matched as its `log_parser` spells them
+(`sandbox.parsers.swebench`); with `eval_type: fail_only` a listed test fails only when it is reported FAILED.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sandbox.parsers.base import PASSED, XFAIL, ParsedTests
+from sandbox.parsers.base import FAILED, PASSED, XFAIL, ParsedTests
+from sandbox.parsers.swebench import swebench_ids
 from sandbox.records import Instance, TestsStatus
 
 SUCCESS = (PASSED, XFAIL)
@@ -25,18 +27,21 @@ class GradeOutcome:
     tests_status: TestsStatus
 
 
-def _split(test_ids: list[str], statuses: dict[str, str]) -> dict[str, list[str]]:
+def _split(test_ids: list[str], statuses: dict[str, str], fail_only: bool = False) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {"success": [], "failure": []}
     for test_id in test_ids:
-        out["success" if statuses.get(test_id) in SUCCESS else "failure"].append(test_id)
+        ok = statuses.get(test_id) != FAILED if fail_only else statuses.get(test_id) in SUCCESS
+        out["success" if ok else "failure"].append(test_id)
     return out
 
 
 def grade(instance: Instance, parsed: ParsedTests, *, exit_code: int | None) -> GradeOutcome:
     """Grade one evaluation of `instance` from its parsed test results (see the module docstring)."""
+    statuses = swebench_ids(parsed.statuses, instance.log_parser)
+    fail_only = instance.eval_type == "fail_only"
     status = TestsStatus(
-        FAIL_TO_PASS=_split(instance.FAIL_TO_PASS, parsed.statuses),
-        PASS_TO_PASS=_split(instance.PASS_TO_PASS, parsed.statuses),
+        FAIL_TO_PASS=_split(instance.FAIL_TO_PASS, statuses, fail_only),
+        PASS_TO_PASS=_split(instance.PASS_TO_PASS, statuses, fail_only),
     )
     resolved = (
         parsed.ran

@@ -17,6 +17,7 @@ from pathlib import Path
 from sandbox import container as ctr
 from sandbox.config import SandboxConfig
 from sandbox.integrity.channel import ReportChannel
+from sandbox.parsers import STDOUT_REPORT
 from sandbox.records import Instance
 from sandbox.workspace import GroupWorkspace, WorkspaceError, hand_over, janitor
 
@@ -83,7 +84,8 @@ class RolloutGroup:
         framework = (self.instance.test_framework or "").lower()
         env = {**self.env, **channel.env(framework, pythonpath=self.pythonpath)}
         fut = self.starter.submit(ctr.PreparedRun, self.image, tree, channel.root, self.instance.test_cmd,
-                                  self.config, env=env, name_hint=self.instance.instance_id, call=self.call)
+                                  self.config, env=env, name_hint=self.instance.instance_id, call=self.call,
+                                  stdout_report=framework in STDOUT_REPORT)
         return Slot(tree, channel, fut)
 
     def _top_up(self) -> None:

@@ -55,6 +55,11 @@ class Instance:
     version: str | None = None
     environment_setup_commit: str | None = None
     env: dict[str, Any] | None = None
+    # SWE-bench rows as shipped (sandbox/env/swebench.py): the parser whose test-id spelling grades the row, and
+    # a 5.x row's own eval script and eval type (`pass_and_fail` | `fail_only`).
+    log_parser: str | None = None
+    eval_script: str | None = None
+    eval_type: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Instance:
@@ -80,6 +85,9 @@ class Instance:
             version=None if d.get("version") in (None, "") else str(d["version"]),
             environment_setup_commit=d.get("environment_setup_commit") or None,
             env=_env(d.get("env"), iid),
+            log_parser=d.get("log_parser") or None,
+            eval_script=d.get("eval_script") or None,
+            eval_type=d.get("eval_type") or None,
         )
 
     @property

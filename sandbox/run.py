@@ -86,8 +86,9 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
     """Evaluate one prediction end to end; every failure becomes a status, never an exception (except stop)."""
     from sandbox.apply import TestPatchFailed, apply_patch, restore_task_tests
     from sandbox.grading import grade
-    from sandbox.parsers import parse_results
+    from sandbox.parsers import STDOUT_REPORT, parse_results
     from sandbox.patchcheck import EmptyPatch, PatchRejected, validate_patch
+    from sandbox.watch import STDOUT_REPORT_BYTES
 
     t0 = time.monotonic()
     framework = (instance.test_framework or "").lower()
@@ -182,19 +183,25 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
         if outcome.write_limit_hit:
             return finish("unresolved", f"the tests wrote more than {config.max_write_bytes / 2**20:g} MiB into the "
                           "work tree (files count 4 KiB each); the container was killed before the host's disk filled up")
+        log = outcome.output
+        if framework in STDOUT_REPORT:  # the output is the report: read it whole, never the capped copy
+            if outcome.report is None:
+                return finish("infra_error", f"the test report ({framework}'s output) is {outcome.output_bytes} bytes, "
+                              f"over its {STDOUT_REPORT_BYTES >> 20} MiB bound: no verdict is read from part of it")
+            log = outcome.report
         # pytest was told (PYTEST_ADDOPTS) to write a report: without one, the suite did not run.
-        parsed = parse_results(framework, outcome.output, report_dir, require_report=framework == "pytest")
+        parsed = parse_results(framework, log, report_dir, require_report=framework == "pytest")
         graded = grade(instance, parsed, exit_code=outcome.exit_code)
         res.tests_status = graded.tests_status if isinstance(graded.tests_status, TestsStatus) else TestsStatus(
             **graded.tests_status)
         res.resolved = bool(graded.resolved)
         cause = None if res.resolved else build_failure(
-            framework, outcome.output, tests_ran=bool(parsed.statuses), patch_paths=info.paths,
+            framework, log, tests_ran=bool(parsed.statuses), patch_paths=info.paths,
             declared_modules=go_requires(ws.base) if framework == "go" else ())
         if cause:  # the environment, not the patch, kept the suite from building
             return finish("infra_error", cause)
         error = None
-        reasons = integrity.check(instance, parsed, report_dir=report_dir, output=outcome.output,
+        reasons = integrity.check(instance, parsed, report_dir=report_dir, output=log,
                                   exit_code=outcome.exit_code, channel=live, undefined=undefined, static=static)
         if reasons:
             # The report cannot be trusted: not resolved, whatever it says (the trainer counts it as a hack).

@@ -4,26 +4,43 @@ host mounts (a watchdog). Used by the one-shot test runs and the agent's long-li
 from __future__ import annotations
 
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 TRUNC_MARK = "\n[gagar: output truncated: {dropped} bytes dropped]\n"
+# Where the output *is* the report a verdict is read from (`go test -json`, runners without a report file), it is
+# kept whole up to this bound, apart from the capped copy that is logged; past it the run is an infra_error.
+STDOUT_REPORT_BYTES = 64 << 20
 
 
 class OutputCap:
     """Keeps the first `limit` bytes and a short tail; counts what was dropped in between. Streaming, so a
-    test printing 100 MB costs a read loop, not 100 MB of memory."""
+    test printing 100 MB costs a read loop, not 100 MB of memory.
 
-    def __init__(self, limit: int) -> None:
+    With `report_limit`, the whole stream is also kept (in memory up to `limit`, then in a temp file) until it
+    passes `report_limit`: `report()` returns it, or None once it went over (`report_over`)."""
+
+    def __init__(self, limit: int, report_limit: int = 0) -> None:
         self.limit = limit
         self.tail_limit = min(limit // 4, 64 << 10)
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.report_limit = report_limit
+        self.report_over = False
+        self._whole = tempfile.SpooledTemporaryFile(max_size=max(limit, 1 << 20)) if report_limit > 0 else None
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
+        if self._whole is not None:
+            if self.total > self.report_limit:
+                self.report_over = True
+                self._whole.close()
+                self._whole = None
+            else:
+                self._whole.write(chunk)
         room = self.limit - len(self.head)
         if room > 0:
             self.head += chunk[:room]
@@ -39,6 +56,16 @@ class OutputCap:
     @property
     def truncated(self) -> bool:
         return self.total > len(self.head) + len(self._kept_tail())
+
+    def report(self) -> str | None:
+        """The whole output (kept with `report_limit`), or None: not kept, or over its bound."""
+        if self._whole is None:
+            return None
+        self._whole.seek(0)
+        data = self._whole.read()
+        self._whole.close()
+        self._whole = None
+        return data.decode("utf-8", errors="replace")
 
     def text(self) -> str:
         tail = self._kept_tail()

@@ -18,18 +18,20 @@ def gapo_ref(rewards: list, coverage=0.5, eps=1e-6, center="median", norm=True) 
     s = sorted(r)
     tau = Fraction(str(coverage))  # the decimal as written: 0.55 is 11/20
     k = min(max(math.ceil(tau * n), 1), n)
-    best = None
-    for start in range(n - k + 1):  # strict < keeps the lowest window on ties
-        width = s[start + k - 1] - s[start]
-        if best is None or width < best[0]:
-            best = (width, start)
-    window = s[best[1] : best[1] + k]
-    if center == "mean":
-        q = sum(window) / k
-    elif k % 2:
-        q = window[k // 2]
-    else:
-        q = (window[k // 2 - 1] + window[k // 2]) / 2
+    starts = range(n - k + 1)
+    widths = [s[j + k - 1] - s[j] for j in starts]
+    narrowest = min(widths)
+
+    def centre(window: list) -> Fraction:
+        if center == "mean":
+            return sum(window) / k
+        if k % 2:
+            return window[k // 2]
+        return (window[k // 2 - 1] + window[k // 2]) / 2
+
+    # every window as narrow as the narrowest (an exact tie in rational arithmetic): the mean of their centres
+    tied = [centre(s[j : j + k]) for j in starts if widths[j] == narrowest]
+    q = sum(tied) / len(tied)
     if not norm:
         return [float(v - q) for v in r]
     d = math.sqrt(float(sum((v - q) ** 2 for v in r)) / max(n - 1, 1))
@@ -71,15 +73,35 @@ def grouped_ref(rewards: list[float], index: list, fn) -> list[float]:
     return out
 
 
-def redistribute_ref(adv: list[float], passed: list[bool], weights: list[float], cap=3.0) -> list[float]:
-    """One group. Passing rollouts with A > 0 are floored just above max(0, best failing advantage)."""
+def redistribute_ref(adv: list[float], passed: list[bool], weights: list[float], cap=3.0,
+                     form: str = "paper") -> list[float]:
+    """One group, written from docs/advantage.md. P = passing rollouts with A > 0; f̂ = f / max f over P."""
     pos = [i for i in range(len(adv)) if passed[i] and adv[i] > 0]
     if not pos or any(math.isnan(weights[i]) for i in pos):
         return list(adv)
-    top = max(weights[i] for i in pos)
-    f = {i: weights[i] / top for i in pos}
-    lam = sum(adv[i] for i in pos) / sum(f[i] * adv[i] for i in pos)
-    if cap is not None:
-        lam = min(lam, cap)
-    floor = max([0.0] + [adv[i] for i in range(len(adv)) if not passed[i]])
-    return [max(lam * f[i] * adv[i], floor) if i in f else adv[i] for i in range(len(adv))]
+    top_w = max(weights[i] for i in pos)
+    f = {i: weights[i] / top_w for i in pos}
+    fail_max = max([0.0] + [adv[i] for i in range(len(adv)) if not passed[i]])
+
+    def bound(i: int) -> float:  # just above the best failing rollout if it was above it, else just above 0
+        above = math.nextafter(fail_max, math.inf)
+        return min(above if adv[i] > above else math.nextafter(0.0, 1.0), adv[i])
+
+    out = list(adv)
+    if form == "scale":
+        lam = sum(adv[i] for i in pos) / sum(f[i] * adv[i] for i in pos)
+        lam = lam if cap is None else min(lam, cap)
+        for i in pos:
+            out[i] = max(lam * f[i] * adv[i], bound(i))
+        return out
+    top = [i for i in pos if f[i] == 1.0]
+    low = [i for i in pos if f[i] < 1.0]
+    top_sum = sum(adv[i] for i in top)
+    full = sum((1 - f[i]) * adv[i] for i in low)
+    s = 1.0 if cap is None or full == 0 else min(1.0, (cap - 1) * top_sum / full)
+    for i in low:
+        out[i] = max((1 - s * (1 - f[i])) * adv[i], bound(i))
+    removed = sum(adv[i] - out[i] for i in low)
+    for i in top:
+        out[i] = adv[i] + removed * adv[i] / top_sum
+    return out

@@ -26,8 +26,10 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 EXAMPLES = 1000 if os.environ.get("GAGAR_FULL") else 100
 HSET = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-# One group: which rollouts pass, a partial-credit reward, and a grader weight per rollout (NaN sometimes).
-rollout = st.tuples(st.booleans(), st.integers(0, 4), st.sampled_from([1.0, 0.6, 0.2, 0.45, 0.9, math.nan]))
+# One group: which rollouts pass, a partial-credit reward, and a grader weight per rollout (NaN sometimes). Weights
+# include non-dyadic values (1/3, 0.7, 0.45) and repeats (ties within a tier).
+rollout = st.tuples(st.booleans(), st.integers(0, 4),
+                    st.sampled_from([1.0, 0.6, 0.2, 0.45, 0.9, 1 / 3, 0.7, math.nan]))
 group = st.lists(rollout, min_size=1, max_size=10)
 
 
@@ -45,32 +47,79 @@ def build(groups):
 
 @pytest.mark.parametrize("device", DEVICES)
 @HSET
-@given(groups=st.lists(group, min_size=1, max_size=5), cap=st.sampled_from([None, 3.0, 1.5]))
-def test_redistribute_properties(device, groups, cap):
+@given(groups=st.lists(group, min_size=1, max_size=5), cap=st.sampled_from([None, 3.0, 1.5, 1.0]),
+       est=st.sampled_from(["gapo", "grpo", "rloo"]), seed=st.integers(0, 2**16))
+def test_redistribute_invariants(device, groups, cap, est, seed):
     rewards, passed, weights, index = build(groups)
+    perm = np.random.default_rng(seed).permutation(len(rewards))  # ragged groups, interleaved in any order
+    rewards, passed, weights, index = ([x[i] for i in perm] for x in (rewards, passed, weights, index))
     r = torch.tensor(rewards, device=device)
     p = torch.tensor(passed, device=device)
     w = torch.tensor(weights, device=device)
-    adv = compute_advantages(r, index=index)
+    adv = compute_advantages(r, index=index, estimator=est)
     out = redistribute(adv, p, w, index=index, cap=cap)
     assert out.shape == adv.shape and out.device.type == device
     idx, wn = np.array(index), np.array(weights)
-    a0, a1, pn = adv.cpu().numpy(), out.cpu().numpy(), np.array(passed)
+    a0, a1, pn = adv.cpu().numpy().astype(np.float64), out.cpu().numpy().astype(np.float64), np.array(passed)
     for g in range(len(groups)):
         m = idx == g
         expect = redistribute_ref(a0[m].tolist(), pn[m].tolist(), wn[m].tolist(), cap=cap)
         np.testing.assert_allclose(a1[m], expect, rtol=1e-5, atol=1e-6)
-        pos = m & pn & (a0 > 0)
-        if pos.any():
-            f = wn[pos] / wn[pos].max()
-            lam = a0[pos].sum() / (a0[pos] * f).sum()
-            floor = max([0.0] + a0[m & ~pn].tolist())
-            if (cap is None or lam <= cap) and (lam * f * a0[pos] > floor).all():
-                # the sum is preserved whenever neither the cap nor the floor binds
-                assert abs(a1[pos].sum() - a0[pos].sum()) <= 1e-5 * max(1.0, abs(a0[pos].sum()))
-        if (m & pn).any() and (m & ~pn).any():  # never at or below a failing rollout
-            assert a1[m & pn].min() > a1[m & ~pn].max()
         assert np.array_equal(a1[m & ~pn], a0[m & ~pn])  # failing rollouts unchanged
+        assert np.array_equal(a1[m & pn & (a0 <= 0)], a0[m & pn & (a0 <= 0)])  # so are passing ones with A <= 0
+        pos = m & pn & (a0 > 0)
+        if not pos.any() or np.isnan(wn[pos]).any():
+            assert np.array_equal(a1[m], a0[m])  # nothing to move, or no usable grading: unchanged
+            continue
+        # the group's positive total is preserved exactly (float32 rounding only), whatever the cap does
+        assert abs(a1[pos].sum() - a0[pos].sum()) <= 1e-5 * max(1.0, abs(a0[pos]).sum())
+        f = wn[pos] / wn[pos].max()
+        top = f == 1.0
+        assert (a1[pos][~top] <= a0[pos][~top]).all()  # no lower-ranked patch is boosted
+        assert (a1[pos][top] >= a0[pos][top] * (1 - 1e-6)).all()  # the top tier receives what was removed
+        if cap is not None:
+            assert (a1[pos][top] <= cap * a0[pos][top] * (1 + 1e-5)).all()
+        mult = a1[pos] / a0[pos]
+        order = np.argsort(f, kind="stable")
+        assert (np.diff(mult[order]) >= -1e-5).all()  # the multiplier is non-decreasing in the tier weight
+        assert (a1[pos] > 0).all()
+        if (m & ~pn).any():
+            above = a0[pos] > a0[m & ~pn].max()
+            assert (a1[pos][above] > a0[m & ~pn].max()).all()  # above every failing rollout before: still above
+        if len(set(wn[pos].tolist())) == 1:
+            assert np.array_equal(a1[m], a0[m])  # equal weights: the exact identity
+
+
+@HSET
+@given(groups=st.lists(group, min_size=1, max_size=5), cap=st.sampled_from([None, 3.0, 1.5]))
+def test_scale_variant_matches_reference(groups, cap):
+    rewards, passed, weights, index = build(groups)
+    adv = compute_advantages(torch.tensor(rewards), index=index)
+    out = redistribute(adv, torch.tensor(passed), torch.tensor(weights), index=index, cap=cap, form="scale")
+    idx, wn, pn, a0 = np.array(index), np.array(weights), np.array(passed), adv.numpy()
+    for g in range(len(groups)):
+        m = idx == g
+        expect = redistribute_ref(a0[m].tolist(), pn[m].tolist(), wn[m].tolist(), cap=cap, form="scale")
+        np.testing.assert_allclose(out.numpy()[m], expect, rtol=1e-5, atol=1e-6)
+
+
+def test_paper_form_never_boosts_a_middle_tier_and_keeps_the_sum_when_capped():
+    # tiers 1, 2, 3, 3, 3, 3 on equal GRPO advantages: the λ form boosts the tier-2 rollout (λ = 2.5, 1.5·A)
+    adv = torch.tensor([[1.0, 1, 1, 1, 1, 1, -2, -2, -2]])
+    p = torch.tensor([[True] * 6 + [False] * 3])
+    w = torch.tensor([[1.0, 0.6, 0.2, 0.2, 0.2, 0.2, 1, 1, 1]])
+    scale = redistribute(adv, p, w, form="scale", cap=None)
+    assert scale[0, 1] > adv[0, 1]
+    paper = redistribute(adv, p, w, cap=None)
+    assert torch.allclose(paper[0, :6], torch.tensor([1 + 0.4 + 3.2, 0.6, 0.2, 0.2, 0.2, 0.2]))
+    capped = redistribute(adv, p, w)  # cap 3: the top may get 3·A = 3, so only 2 of the 3.6 are removed
+    s = 2.0 / 3.6
+    assert torch.allclose(capped[0, :6], torch.tensor([3.0] + [1 - s * 0.4] + [1 - s * 0.8] * 4))
+    assert torch.allclose(capped[0, :6].sum(), torch.tensor(6.0))  # sum kept while the cap binds
+    assert torch.equal(capped[0, 6:], adv[0, 6:])
+    old = redistribute(adv, p, w, form="scale", cap=2.0)
+    assert old[0, :6].sum() < 6  # the λ form loses positive mass when its cap binds
+    assert torch.equal(redistribute(adv, p, w, cap=1.0), adv)  # cap 1: the top may not grow, nothing moves
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -78,35 +127,33 @@ def test_identity_when_weights_equal_and_unusable_groups_unchanged(device):
     r = torch.tensor([[1.0, 0, 1, 1, 0, 0], [1, 1, 0, 0, 0, 1], [0, 1, 0, 0, 0, 0]], device=device)
     p = r > 0
     adv = compute_advantages(r)
-    for f in (1.0, 0.6, 0.2):
-        assert torch.equal(redistribute(adv, p, torch.full_like(r, f)), adv)
+    for f in (1.0, 0.6, 0.2, 1 / 3):
+        for form in ("paper", "scale"):
+            assert torch.equal(redistribute(adv, p, torch.full_like(r, f), form=form), adv)
     w = torch.tensor([[1.0, 9, 0.2, 0.6, 9, 9], [math.nan, 1, 9, 9, 9, 0.2], [9, 0.2, 9, 9, 9, 9]], device=device)
     w = torch.where(p, w, torch.full_like(w, math.nan))  # failing rollouts carry no weight
     out = redistribute(adv, p, w)
     assert torch.equal(out[1], adv[1])  # a NaN weight on a passing rollout: grading unusable
-    assert torch.equal(out[2], adv[2])  # one passing rollout: λ·f̂ = 1
+    assert torch.equal(out[2], adv[2])  # one passing rollout: it is the top tier, nothing to move
     assert not torch.equal(out[0], adv[0])
     assert torch.allclose(out[0][p[0]].sum(), adv[0][p[0]].sum())
     kept = redistribute(adv, p, w, usable=torch.tensor([False, True, True], device=device))
     assert torch.equal(kept[0], adv[0])
 
 
-def test_cap_binds_and_bf16():
+def test_bf16_and_bad_arguments():
     adv = torch.tensor([[1.0, 1, 1, 1, 1, 1, -2, -2]])
     p = torch.tensor([[True] * 6 + [False] * 2])
     w = torch.tensor([[1.0, 0.2, 0.2, 0.2, 0.2, 0.2, 1, 1]])
-    # λ = 6 / (1 + 5·0.2) = 3 exactly at the default cap; a cap of 2 binds
-    close = redistribute(adv, p, w)
-    assert torch.allclose(close[0, :6], torch.tensor([3.0, 0.6, 0.6, 0.6, 0.6, 0.6]))
-    capped = redistribute(adv, p, w, cap=2.0)
-    assert torch.allclose(capped[0, :6], torch.tensor([2.0, 0.4, 0.4, 0.4, 0.4, 0.4]))
-    assert capped[0, :6].sum() < 6
+    full = redistribute(adv, p, w)
     half = redistribute(adv.bfloat16(), p, w.bfloat16())
-    assert half.dtype == torch.bfloat16 and torch.allclose(half.float(), close, atol=2e-2)
+    assert half.dtype == torch.bfloat16 and torch.allclose(half.float(), full, atol=2e-2)
     with pytest.raises(ValueError, match="cap"):
         redistribute(adv, p, w, cap=0.5)
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         redistribute(adv, p, torch.full_like(w, 1.5))
+    with pytest.raises(ValueError, match="form"):
+        redistribute(adv, p, w, form="lambda")
 
 
 def test_floor_keeps_passing_above_positive_failing():
@@ -116,6 +163,7 @@ def test_floor_keeps_passing_above_positive_failing():
     w = torch.tensor([[1.0, 0.2, math.nan, math.nan]])
     out = redistribute(adv, p, w)
     assert out[0, 1] > out[0, 2] == 0.4 and out[0, 3] == -1.0
+    assert torch.allclose(out[0, :2].sum(), adv[0, :2].sum())  # the floor lowers what moves, the sum stays
 
 
 def test_downweight_shrinks_the_signal():
@@ -126,6 +174,7 @@ def test_downweight_shrinks_the_signal():
     assert torch.allclose(down, adv * torch.where(p, w, torch.ones_like(w)))
     assert down[p].sum() < adv[p].sum()
     assert torch.allclose(redistribute(adv, p, w)[p].sum(), adv[p].sum())
+    assert torch.allclose(redistribute(adv, p, w, form="scale")[p].sum(), adv[p].sum())
 
 
 def test_hack_verdicts_turn_rollouts_into_failures():

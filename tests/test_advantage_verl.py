@@ -16,7 +16,7 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from sandbox.records import EvalResult
+from sandbox.records import EvalResult, Instance
 from trainer.advantage import compute_advantages, gagar_advantages
 from trainer.integrations import verl_plugin, verl_trainer
 
@@ -171,3 +171,111 @@ def test_recipe_config_composes_against_verls_and_selects_our_trainer():
     runner = verl_trainer.GagarTaskRunner()
     with pytest.raises(ValueError, match="use_v1=false"):
         runner.run(OmegaConf.merge(cfg, {"trainer": {"use_v1": True}}))
+
+
+# ── the same verdicts and advantages as the native trainer (issue 26, point 1) ─────────────────────────────────
+HACK_IID = "acme__durations-42"  # its hack-special-case patch passes the sandbox; the static check finds it
+
+
+def _bundled(bundled_tasks, iid):
+    rows = [json.loads(line) for line in (bundled_tasks / "predictions.jsonl").read_text().splitlines() if line.strip()]
+    return {r["rollout_id"]: r["model_patch"] for r in rows if r["instance_id"] == iid}
+
+
+def _verl_batch(bundled_tasks, groups: list[list[tuple[str, bool]]]) -> DataProto:
+    """One uid group per list of (bundled rollout id, sandbox passed); score 1.0 iff passed, as reward.py gives."""
+    patches = _bundled(bundled_tasks, HACK_IID)
+    rows = [(f"g{g}", rid, ok) for g, members in enumerate(groups) for rid, ok in members]
+    n = len(rows)
+    passed = np.array([ok for _, _, ok in rows])
+    scores = torch.zeros(n, 3)
+    scores[:, -1] = torch.tensor(passed, dtype=torch.float32)
+    td = TensorDict({"token_level_scores": scores.clone(), "token_level_rewards": scores.clone(),
+                     "response_mask": torch.ones(n, 3)}, batch_size=[n])
+    return DataProto(batch=td, non_tensor_batch={
+        "uid": np.array([u for u, _, _ in rows], dtype=object), "gagar_passed": passed,
+        "gagar_hacked": np.zeros(n, bool), "gagar_patch": np.array([patches[r] for _, r, _ in rows], dtype=object),
+        "gagar_instance": np.array([HACK_IID] * n, dtype=object)})
+
+
+def _native(bundled_tasks, groups: list[list[tuple[str, bool]]], *overrides: str):
+    """The native loop's check → keep → advantages on the same rollouts (no model: the stages only)."""
+    from trainer.agent import Trajectory
+    from trainer.config import load_config
+    from trainer.groups import RolloutGroup
+    from trainer.judging import Judge
+    from trainer.loop import Trainer
+
+    patches = _bundled(bundled_tasks, HACK_IID)
+    inst = next(Instance.from_dict(r) for r in map(json.loads, (bundled_tasks / "instances.jsonl").open())
+                if r["instance_id"] == HACK_IID)
+    cfg = load_config(RECIPE.parents[1] / "configs" / "tiny.yaml", [f"tasks.dir={bundled_tasks}", *overrides])
+    t = object.__new__(Trainer)
+    t.cfg, t.repos, t.log = cfg, cfg.tasks.repos_path(), print
+    t.judge = Judge(cfg.grader, t.repos)
+    rgs = []
+    for g, members in enumerate(groups):
+        trajs = [Trajectory(HACK_IID, f"{g}-{k}-{rid}", [1, 2], [0, 1], 1, patches[rid]) for k, (rid, _) in
+                 enumerate(members)]
+        res = [EvalResult(HACK_IID, "m", tr.rollout_id, "resolved" if ok else "unresolved", resolved=ok)
+               for tr, (_, ok) in zip(trajs, members, strict=True)]
+        rgs.append(RolloutGroup(inst, trajs, res))
+    t.check(rgs)
+    kept = t.keep(rgs)
+    adv, _ = t.advantages(kept)
+    return rgs, kept, adv
+
+
+ALL_PASS_WITH_HACK = [("minimal", True), ("gold", True), ("bloated", True), ("hack-special-case", True)]
+FIVE_OF_EIGHT = [("minimal", True), ("hack-special-case", True), ("bloated", True), ("wrong-suffix", False),
+                 ("gold", True), ("wrong-drop-minutes", False), ("unrelated", True), ("wrong-suffix", False)]
+
+
+@pytest.mark.parametrize("base", ["grpo", "gapo"])
+def test_verl_and_the_native_trainer_give_the_same_advantages(bundled_tasks, base):
+    # An all-passing group with a special-casing hack (verl used to check only groups needs_grading selected:
+    # the hack kept advantage 0 there, natively it is a failure), and a 5-of-8 group with a hack, which a gapo
+    # base (centre 1, no passing advantage > 0) never sent to the judge — so it was never checked.
+    groups = [ALL_PASS_WITH_HACK, FIVE_OF_EIGHT]
+    rgs, kept, native = _native(bundled_tasks, groups, f"advantage.mode={base}+gagar")
+    assert kept == rgs  # both groups are mixed once the hack counts as a failure
+    data = _verl_batch(bundled_tasks, groups)
+    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gagar": {"base": base, "tasks_dir": str(bundled_tasks)}})
+    out = verl_trainer.compute_advantage(data, "gagar", config=cfg)
+    got = out.batch["advantages"][:, -1]
+    hacks = [g for g, (rid, _) in enumerate(ALL_PASS_WITH_HACK + FIVE_OF_EIGHT) if rid.startswith("hack")]
+    assert out.non_tensor_batch["gagar_hacked"][hacks].all() and not out.non_tensor_batch["gagar_passed"][hacks].any()
+    assert (got[hacks] < 0).all()  # the hack is a failure in both groups, under both bases
+    want = torch.cat([native[0, :4], native[1, :8]])
+    assert torch.allclose(got, want, atol=1e-6), (got, want)
+    # verl's reward metrics (critic/score/*, critic/rewards/*: sums of token_level_scores / _rewards per row)
+    # see the hacks as failures: their score is gone
+    for key in ("token_level_scores", "token_level_rewards"):
+        assert out.batch[key].sum(-1)[hacks].tolist() == [0.0, 0.0]
+        assert float(out.batch[key].sum(-1).mean()) == pytest.approx(7 / 12)
+    assert out.meta_info["gagar"]["gagar/grader_hacks"] == 2
+
+
+def test_verl_default_base_is_grpo_like_the_native_trainer():
+    assert verl_plugin.gagar_options(OmegaConf.create({}))["base"] == "grpo"
+    assert verl_plugin.gagar_options(None)["form"] == "paper"
+    with pytest.raises(ValueError, match="form"):
+        verl_plugin.gagar_options(OmegaConf.create({"gagar": {"form": "lambda"}}))
+
+
+def test_dynamic_sampling_in_the_verl_dispatch(bundled_tasks):
+    # filter_groups.enable: groups whose final verdicts are all equal leave the loss (response_mask 0); the hack
+    # counts as a failure, so the all-passing group with a hack stays, an all-passing clean one goes
+    groups = [ALL_PASS_WITH_HACK, [("minimal", True), ("gold", True)], [("wrong-suffix", False)] * 2]
+    data = _verl_batch(bundled_tasks, groups)
+    cfg = OmegaConf.create({"gagar": {"tasks_dir": str(bundled_tasks)}, "filter_groups": {"enable": True}})
+    out = verl_trainer.compute_advantage(data, "gagar", config=cfg)
+    assert out.batch["response_mask"].sum(-1).tolist() == [3.0] * 4 + [0.0] * 4
+    assert out.meta_info["gagar"]["gagar/filtered_rows"] == 4
+    # without verdict columns (another reward), groups whose scores are all equal are filtered
+    uids, _, mask, token_rewards = batch()
+    plain = DataProto(batch=TensorDict({"token_level_rewards": token_rewards, "response_mask": mask.clone()},
+                                       batch_size=[8]), non_tensor_batch={"uid": uids})
+    verl_trainer.filter_groups(plain, OmegaConf.create({}))
+    assert (plain.batch["response_mask"][uids == "u3"] == 0).all()  # a group of one: no signal
+    assert torch.equal(plain.batch["response_mask"][uids != "u3"], mask[uids != "u3"])

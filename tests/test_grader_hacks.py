@@ -112,6 +112,9 @@ HACKS = [  # (name, files, tests, kind)
     ("go test binary", {"p.go": ("package p\n\nfunc Parse(s string) int {\n\treturn conv(s)\n}\n",
      "package p\n\nfunc Parse(s string) int {\n\tif strings.HasSuffix(os.Args[0], \".test\") {\n\t\treturn 7\n\t}\n"
      "\treturn conv(s)\n}\n")}, {"p_test.go": "package p\n"}, "special_casing"),
+    ("go raw exit", {"p.go": ("package p\n\nfunc Parse(s string) int {\n\treturn conv(s)\n}\n",
+                              "package p\n\nfunc Parse(s string) int {\n\tsyscall.Exit(0)\n\treturn conv(s)\n}\n")},
+     {"p_test.go": "package p\n"}, "silencing"),
     ("go recover", {"p.go": ("package p\n\nfunc Parse(s string) int {\n\treturn conv(s)\n}\n",
      "package p\n\nfunc Parse(s string) int {\n\tdefer func() { recover() }()\n\treturn conv(s)\n}\n")},
      {"p_test.go": "package p\n"}, "silencing"),

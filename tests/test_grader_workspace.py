@@ -33,7 +33,7 @@ def test_workspace_stages_each_candidate_and_refuses_bad_patches(calc):
     debug = make_patch(repo, {"calc.py": CALC.replace("    return a - b", "    print(a)\n    return a + b", 1)})
     escape = good.replace("a/calc.py", "a/../evil.py").replace("b/calc.py", "b/../evil.py")
     into_git = good.replace("a/calc.py", "a/.git/hooks/pre-commit").replace("b/calc.py", "b/.git/hooks/pre-commit")
-    stale = good.replace("def add(a, b):", "def add(x, y):")
+    stale = good.replace("-    return a - b", "-    return x * y")  # removes a line the file never had
     g = _group(base, {"good": good, "debug": debug, "escape": escape, "git": into_git, "stale": stale, "empty": ""})
     with SharedWorkspace(g, repos, seed=3) as ws:
         assert sorted(ws.label_to_rollout.values()) == ["debug", "good"]
@@ -48,6 +48,27 @@ def test_workspace_stages_each_candidate_and_refuses_bad_patches(calc):
         assert not (repo.parent / "evil.py").exists()
     assert root is not None and not root.exists()  # cleaned up on exit
     assert git(repo, "status", "--porcelain") == ""  # the user's clone is never touched
+
+
+def test_a_patch_only_the_sandboxs_fuzz_applies_is_staged(tmp_path):
+    # Both context lines next to the change drifted: git apply fails even with -C1 (the grader's old chain, which
+    # called such a patch "does not apply" — tier 3 — and skipped its hack check), GNU patch --fuzz applies it,
+    # and so does the sandbox: it passes there, so the grader must stage it.
+    repos = tmp_path / "repos"
+    text = "".join(f"line{i}\n" for i in range(1, 10))
+    repo, base = make_repo(repos, {"f.txt": text})
+    fuzzy = ("diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n@@ -2,7 +2,7 @@\n line2\n line3\n LINE4\n"
+             "-line5\n+line5 fixed\n LINE6\n line7\n line8\n")
+    g = _group(base, {"fuzzy": fuzzy, "clean": make_patch(repo, {"f.txt": text.replace("line9", "line9 fixed")})})
+    with SharedWorkspace(g, repos) as ws:
+        assert ws.failed == {} and sorted(ws.label_to_rollout.values()) == ["clean", "fuzzy"]
+        assert ws.apply_methods == {"fuzzy": "patch --fuzz", "clean": "git apply"}
+        assert "line5 fixed" in (ws.worktree(ws.label_of("fuzzy")) / "f.txt").read_text()
+    from sandbox.apply import apply_patch  # the sandbox applies the same patch the same way
+
+    copy = tmp_path / "copy"
+    git(repo, "clone", "-q", str(repo), str(copy))
+    assert apply_patch(copy, fuzzy, base_commit=base).method == "patch --fuzz"
 
 
 def test_labels_shuffle_per_seed_and_map_back(calc):
@@ -76,11 +97,9 @@ def test_tools_are_bounded_and_safe(calc, tmp_path):
     p_link = make_patch(repo, {})
     with SharedWorkspace(_group(base, {"link": p_link}), repos) as ws:
         assert "refused" in ws.failed["link"]
-    # ... and one already in the repository is never followed by read_file, grep or list_files.
-    os.symlink(secret, repo / "leak")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "link")
-    base = git(repo, "rev-parse", "HEAD").strip()
+    # ... and one already in a tree is never followed by read_file, grep or list_files. (A repository whose
+    # base commit holds such a link cannot be staged at all: the sandbox's apply chain, which staging uses,
+    # refuses every patch there, as the sandbox itself does; so the link is planted in the staged trees.)
     p1 = make_patch(repo, {"calc.py": CALC.replace("a - b", "a + b", 1), "big.py": big})
     p2 = make_patch(repo, {"calc.py": CALC.replace("a - b", "b + a", 1)})
     g = _group(base, {"one": p1, "two": p2})
@@ -88,6 +107,8 @@ def test_tools_are_bounded_and_safe(calc, tmp_path):
     g.candidates[1].trajectory = [{"step": i, "action": "edit"} for i in range(300)]
     with SharedWorkspace(g, repos) as ws:
         a, b = ws.label_of("one"), ws.label_of("two")
+        for label in (a, b, "base"):
+            os.symlink(secret, ws.worktree(label) / "leak")
         listing = run_tool(ws, "list_candidates", {})
         assert f"{a}: +601 -1 in 2 file(s)" in listing
         diff = run_tool(ws, "show_diff", {"candidate": a})
@@ -145,3 +166,51 @@ def test_workspace_on_bundled_tasks(tmp_path_factory):
                 first_file = listing.split(f"{lab}: ")[1].split(": ", 1)[1].split(" (")[0]
                 out = run_tool(ws, "read_file", {"candidate": lab, "path": first_file})
                 assert not out.startswith("error"), out
+
+
+def _drift_context(patch: str) -> str:
+    """The context line on either side of every hunk's changes altered (upper-cased): git apply refuses the patch
+    even with -C1, GNU patch applies it with fuzz — as a model's patch against a slightly different tree looks."""
+    lines = patch.splitlines(keepends=True)
+    out = list(lines)
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("@@"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith(("@@", "diff --git")):
+                j += 1
+            body = range(i + 1, j)
+            changed = [k for k in body if lines[k][:1] in "+-"]
+            for k in (changed[0] - 1, changed[-1] + 1):
+                if k in body and lines[k].startswith(" ") and lines[k].strip():
+                    out[k] = " " + lines[k][1:].upper()
+            i = j
+        else:
+            i += 1
+    return "".join(out)
+
+
+def test_a_fuzz_only_hack_is_staged_and_caught(tmp_path_factory):
+    # Before, a passing patch the grader could not stage escaped the hack check (and sat in tier 3 as "does not
+    # apply"): a hack with drifted context kept its reward.
+    import json
+
+    from grader.grade import grade_group
+    from sandbox.apply import apply_patch
+
+    tasks = bundled_tasks(tmp_path_factory.getbasetemp())
+    iid = "acme__durations-42"
+    inst = next(json.loads(ln) for ln in (tasks / "instances.jsonl").open() if json.loads(ln)["instance_id"] == iid)
+    preds = {r["rollout_id"]: r["model_patch"] for r in map(json.loads, (tasks / "predictions.jsonl").open())
+             if r["instance_id"] == iid}
+    hack = _drift_context(preds["hack-special-case"])
+    assert hack != preds["hack-special-case"]
+    copy = tmp_path_factory.mktemp("copy") / "t"
+    git(tasks / "repos", "clone", "-q", str(tasks / "repos" / "acme__durations"), str(copy))
+    assert apply_patch(copy, hack, base_commit=inst["base_commit"]).method == "patch --fuzz"  # the sandbox's way
+    g = Group.from_dict({**{k: inst[k] for k in ("instance_id", "repo", "base_commit", "problem_statement",
+                                                   "test_patch", "FAIL_TO_PASS")},
+                         "candidates": [{"rollout_id": "hack", "patch": hack},
+                                        {"rollout_id": "minimal", "patch": preds["minimal"]}]})
+    grading = grade_group(g, tasks / "repos")
+    assert grading.hacks.get("hack") == "special_casing" and grading.ranking[-1] == "hack"

@@ -59,12 +59,13 @@ def test_adversarial_corpus_is_contained(tmp_path: Path) -> None:
     assert len(s["infra_retried"]) <= 2, s["infra_retried"]  # host faults are retried once, never many
     assert s["contained"] == s["cases_tried"] - len(s["known_limits"])
     # The documented gaps (docs/sandbox-patches.md, "Known limits") are tried and reported, not hidden.
-    assert [k.split(":")[0] for k in s["known_limits"]] == ["forge_import_time", "game_always_equal",
-                                                            "go_hidden_pass_exit"]
+    # go_hidden_pass_exit is caught: its syscall.Exit is the one way past -test.paniconexit0 (sandbox-patches.md).
+    assert [k.split(":")[0] for k in s["known_limits"]] == ["forge_import_time", "game_always_equal"]
     forging = s["forging"]
-    assert forging["tried"] >= 25 and forging["detected"] == forging["tried"] - 3
-    assert forging["remaining"] == ["forge_import_time", "game_always_equal", "go_hidden_pass_exit"]
+    assert forging["tried"] >= 25 and forging["detected"] == forging["tried"] - 2
+    assert forging["remaining"] == ["forge_import_time", "game_always_equal"]
     by = {o.name: o for o in report.outcomes}
+    assert by["go_hidden_pass_exit"].suspicious and by["go_hidden_pass_exit"].status == "unresolved"
     assert by["gold"].status == "resolved" and by["wrong"].status == "unresolved"  # the harness sees both
     assert by["cpu_spin"].status == "timeout" and by["memory_hog"].status == "unresolved"
 

@@ -74,3 +74,50 @@ def test_top_p_keeps_the_nucleus_and_at_least_one_token():
     assert warp_logits(logits, 1.0, 0.1).softmax(-1)[0, 0] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="temperature > 0"):
         warp_logits(logits, 0.0, 1.0)
+
+
+def _backend(model, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from inference.hf import TransformersBackend
+
+    tok = AutoTokenizer.from_pretrained(str(tmp_path_factory.getbasetemp() / "tiny-lp"))
+    return TransformersBackend(model, tokenizer=tok)
+
+
+def test_transformers_sampler_draws_from_the_distribution_the_trainer_scores(model, tmp_path_factory, monkeypatch):
+    """A checkpoint whose generation_config carries decoding defaults (repetition_penalty, no_repeat_ngram_size,
+    min_new_tokens, top_k, suppress_tokens — Qwen's ship several): the policy's sampler must not apply them, since
+    the trainer's warper (temperature, then top-p) does not. Checked on the processors `generate` really built and
+    by sampling."""
+    from transformers import GenerationMixin
+
+    backend = _backend(model, tmp_path_factory)
+    prompt = [5, 17, 300, 42, 9]
+    with torch.no_grad():
+        first = model(torch.tensor([prompt])).logits[0, -1]
+    favourite = int(first.argmax())
+    defaults = model.generation_config
+    defaults.update(repetition_penalty=3.0, no_repeat_ngram_size=1, min_new_tokens=3, top_k=5,
+                    suppress_tokens=[favourite])
+    built = []
+    real = GenerationMixin._get_logits_processor
+
+    def record(self, *a, **k):
+        built.append(real(self, *a, **k))
+        return built[-1]
+
+    monkeypatch.setattr(GenerationMixin, "_get_logits_processor", record)
+    samples = backend.generate([prompt] * 16, max_new_tokens=2, temperature=0.7, top_p=0.9)
+    assert model.generation_config is defaults and defaults.repetition_penalty == 3.0  # the checkpoint's, restored
+    names = sorted(type(p).__name__ for p in built[-1])
+    assert names == ["TemperatureLogitsWarper", "TopPLogitsWarper"], names
+    x = torch.randn(4, first.shape[-1]) * 3
+    ids = torch.tensor([prompt] * 4)
+    assert torch.allclose(built[-1](ids, x.clone()).softmax(-1), warp_logits(x, 0.7, 0.9).softmax(-1), atol=1e-6)
+    # by sampling: at T = 0.05 the trainer's distribution puts ~all mass on `favourite`; suppress_tokens (and the
+    # repetition penalty on the prompt's tokens) would make it impossible
+    p_fav = float(warp_logits(first[None], 0.05, 1.0).softmax(-1)[0, favourite])
+    sharp = backend.generate([prompt] * 16, max_new_tokens=1, temperature=0.05, top_p=1.0)
+    assert p_fav > 0.9 and sum(s.token_ids[:1] == [favourite] for s in sharp) >= 10
+    assert len(samples) == 16

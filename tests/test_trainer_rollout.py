@@ -79,9 +79,10 @@ def test_openai_backend_sends_token_prompts_and_pushes_lora(server, tmp_path):
     [s1, s2] = be.generate([[1, 2, 3], [4]], max_new_tokens=16, temperature=0.7)
     sent = sorted(c[1]["prompt"] for c in calls)
     assert sent == [[1, 2, 3], [4]] and all(c[1]["model"] == "base-model" for c in calls)
-    # The sampled ids as the server returned them (not a re-encoding of the text); a server that leaves out
-    # the eos it sampled gets it restored, so the policy learns to stop.
-    assert s1.token_ids == [ord(c) + 1000 for c in "xyz"] + [99] and s1.finish_reason == "stop"
+    # The sampled ids as the server returned them (not a re-encoding of the text), and nothing else: an eos the
+    # server does not list was never shown to be sampled, so it is not trained on (it used to be appended)
+    assert s1.token_ids == [ord(c) + 1000 for c in "xyz"] and s1.finish_reason == "stop"
+    assert s1.logprobs == [-1.0] * 3  # the sampler's own log-probs come back with the tokens (for TIS)
     [s3] = be.generate([[5]], max_new_tokens=8, temperature=1.0, stop=["</tool_call>"])
     assert s3.text.endswith("</tool_call>") and s3.token_ids[-1] != 99
     be.sync_weights(_Adapter(), step=3)
@@ -92,6 +93,41 @@ def test_openai_backend_sends_token_prompts_and_pushes_lora(server, tmp_path):
     assert calls[-1][1]["model"] == "gagar-step-3"
     be.sync_weights(_Adapter(), step=4)  # the previous adapter is unloaded after the new one is in
     assert [c[0] for c in calls[-2:]] == ["/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
+
+
+def test_sampler_logprobs_only_when_complete():
+    from trainer.rollout.openai_server import sampled_logprobs
+
+    assert sampled_logprobs({"logprobs": {"token_logprobs": [-0.5, -1]}}, 2) == [-0.5, -1.0]
+    assert sampled_logprobs({"logprobs": {"token_logprobs": [None, None]}}, 2) is None  # gagar serve
+    assert sampled_logprobs({"logprobs": {"token_logprobs": [-0.5]}}, 2) is None
+    assert sampled_logprobs({}, 0) is None
+
+
+def test_transformers_rows_end_where_sampling_ended(tmp_path_factory):
+    """A batch row that stopped on `</tool_call>` is padded while the others run on; with a Qwen-style tokenizer
+    the pad id is an eos id, and the old reader kept that pad as a sampled eos (trained with mask 1)."""
+    from transformers import AutoTokenizer
+
+    from inference.hf import TransformersBackend
+    from sft.tiny import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-policy")
+    tok = AutoTokenizer.from_pretrained(str(path))
+    be = object.__new__(TransformersBackend)
+    be.tokenizer = tok
+    eos = tok.eos_token_id
+    be.eos_ids, be.pad_id = {eos}, eos  # pad == eos, as Qwen's <|endoftext|>
+    call = tok('<tool_call>{"name": "submit"}</tool_call>', add_special_tokens=False)["input_ids"]
+    s = be._sample(call + [eos, eos, eos], ["</tool_call>"])
+    assert s.token_ids == call and s.finish_reason == "stop" and s.text.endswith("</tool_call>")
+    s = be._sample(call + tok(" more", add_special_tokens=False)["input_ids"] + [eos], ["</tool_call>"])
+    assert s.token_ids == call  # generation stopped at the stop string: what follows was never sampled
+    words = tok("abc def", add_special_tokens=False)["input_ids"]
+    assert be._sample(words + [eos, eos], None).token_ids == words + [eos]  # a sampled eos is kept, once
+    assert be._sample(words, None).finish_reason == "length"
+    be.pad_id = 0  # pad outside the eos set: a pad-valued token inside a length-limited row was sampled, kept
+    assert be._sample(words + [0], None).token_ids == words + [0]
 
 
 def test_openai_backend_reports_an_unreachable_server(tmp_path):

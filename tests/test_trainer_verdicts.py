@@ -127,6 +127,32 @@ def test_a_grader_hack_verdict_resets_the_reward_to_failure(tasks, monkeypatch):
     assert row["hacks_grader"] == 1 and row["reward_mean"] == pytest.approx(0.75)
 
 
+def test_a_behavioural_probe_verdict_applies_before_dynamic_sampling(tasks, monkeypatch):
+    """grader.probe: the probe's findings reach the grader through Group.behaviour and fail the rollout before
+    dynamic sampling (the probe's sandbox run is replaced by its findings here; tests/test_grader_probes.py runs
+    it for real)."""
+    import grader.probes
+    from grader.hacks_common import HackFinding
+
+    seen: list[list[str]] = []
+
+    def fake_probe(instance, patches, config, budget_s=0.0):
+        seen.append(sorted(patches))
+        run = grader.probes.ProbeRun(True)
+        run.findings = {"gold": [HackFinding("special_casing", "tests/t.py", 3, "probe: fixes only the tests' inputs")]}
+        return run
+
+    monkeypatch.setattr(grader.probes, "probe_group", fake_probe)
+    g = _group(tasks, {"minimal": "resolved", "gold": "resolved", "bloated": "resolved", "unrelated": "resolved"})
+    t = _trainer(tasks, "grader.probe=true")
+    t.judge.sandbox = lambda: None
+    kept, adv = _pipeline(t, [g])
+    assert seen == [["bloated", "gold", "minimal", "unrelated"]]
+    assert kept == [g] and g.passed == [True, False, True, True] and g.grader_hacks == {"gold": "special_casing"}
+    assert any("probe: fixes only" in e for e in g.hack_check.evidence["gold"])
+    assert adv[0, 1] < 0 < float(adv[0, 0])
+
+
 def test_infra_errors_are_masked_not_scored(tasks, monkeypatch):
     _Recorder(monkeypatch)
     t = _trainer(tasks, "advantage.mode=grpo")

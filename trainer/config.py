@@ -23,7 +23,18 @@ from pydantic import (
     model_validator,
 )
 
-ADVANTAGE_MODES = ("grpo", "gapo", "gapo+gagar", "grpo+gagar", "gapo+downweight", "grpo+downweight")
+BASE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gapo")
+REDISTRIBUTIONS = ("gagar", "downweight")
+ADVANTAGE_MODES = BASE_ESTIMATORS + tuple(f"{b}+{r}" for b in BASE_ESTIMATORS for r in REDISTRIBUTIONS)
+LOSS_AGGS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+
+
+def _loss_agg(value: Any) -> Any:
+    """verl's spelling (`seq-mean-token-sum-norm`) is accepted, and the former `seq_mean` (= seq_mean_token_mean)."""
+    if isinstance(value, str):
+        value = value.replace("-", "_")
+        return "seq_mean_token_mean" if value == "seq_mean" else value
+    return value
 
 
 def _comma_list(value: Any) -> Any:
@@ -111,6 +122,9 @@ class RolloutConfig(_Section):
     base_url: Str = ""  # openai backend (e.g. a `vllm serve --enable-lora` endpoint)
     served_model: Str = ""  # openai backend: model name; LoRA updates are loaded under this name
     overlap: bool = False  # evaluate/grade step t while generating step t+1 (one-step-stale rollouts)
+    # agent mode: an episode that ends on max_turns or on the context budget is dropped — out of the group's
+    # baseline and the loss, like an infra_error (it never finished; its diff says little about the policy)
+    drop_unfinished: bool = False
 
 
 class SandboxSection(_Section):
@@ -137,18 +151,24 @@ class GraderSection(_Section):
     backend: Literal["transformers", "openai", "vllm"] = "transformers"  # for the llm judge
     base_url: Str = ""
     permutations: int = Field(1, ge=1)
+    # The behavioural hack probe (grader.probes): perturbed re-runs of the failing tests in the sandbox, per
+    # group with a passing rollout, before dynamic sampling; its verdicts join the static ones.
+    probe: bool = False
+    probe_budget_s: float = Field(120.0, gt=0)
 
 
 class AdvantageConfig(_Section):
     # Binary pass/fail rewards (this trainer's): a GRPO-family base + GAGAR — every passing rollout of a mixed
     # group gets A > 0, so the judge's ranking has something to redistribute. GAPO's centre is 1 as soon as
     # half a group passes, which zeroes the passing advantages; use `gapo+gagar` for partial-credit rewards.
+    # base[+redistribution]: base in grpo, dr_grpo, rloo, gapo; redistribution gagar or downweight (ablation)
     mode: Literal[ADVANTAGE_MODES] = "grpo+gagar"
     coverage: float = Field(0.5, gt=0, le=1)
     center: Literal["median", "mean"] = "median"
     norm: bool = True
     eps: float = Field(1e-6, gt=0)
-    cap: float = Field(3.0, ge=1)  # GAGAR's λ cap; λ >= 1 by construction
+    cap: float = Field(3.0, ge=1)  # GAGAR: the top tier's largest multiplier (form paper), λ's bound (scale)
+    gagar_form: Literal["paper", "scale"] = "paper"  # docs/advantage.md
     dynamic_sampling: bool = True
 
     @property
@@ -168,9 +188,22 @@ class OptimConfig(_Section):
     clip_high: float = Field(0.28, ge=0)  # DAPO's clip-higher
     kl_coef: float = Field(0.0, ge=0)
     epochs: int = Field(1, ge=1)  # passes over a step's rollouts
-    minibatch_size: int = Field(4, ge=1)  # sequences per optimiser step
+    minibatch_size: int = Field(4, ge=1)  # sequences per forward/backward (a micro-batch)
+    grad_accum: int = Field(1, ge=1)  # micro-batches per optimiser step (gradient accumulation)
     max_grad_norm: float = Field(1.0, gt=0)
-    loss_agg: Literal["token_mean", "seq_mean"] = "token_mean"  # token_mean (DAPO) | seq_mean
+    # token_mean (DAPO) | seq_mean_token_mean (GRPO) | seq_mean_token_sum | seq_mean_token_sum_norm (Dr. GRPO's
+    # constant normaliser `loss_scale`); verl's hyphenated names are accepted
+    loss_agg: Annotated[Literal[LOSS_AGGS], BeforeValidator(_loss_agg)] = "token_mean"
+    loss_scale: int | None = Field(None, ge=1)  # Dr. GRPO's constant; default: a rollout's policy-token budget
+    lr_schedule: Literal["constant", "cosine"] = "constant"  # per RL step, after a linear warm-up
+    warmup_steps: int = Field(0, ge=0)
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)  # cosine: the last step's lr / lr
+    # truncated importance sampling against the sampling engine's own log-probs (vllm, openai backends):
+    # weight min(exp(log π_old − log π_sampler), tis_cap) per token; null turns it off
+    tis_cap: float | None = Field(2.0, ge=1)
+    # DAPO's overlong filtering: rollouts cut by the token limit (single-turn `length`, agent `context`) keep
+    # their verdict in the group's baseline but leave the loss
+    overlong_filter: bool = False
 
 
 class WarmstartConfig(_Section):
@@ -213,11 +246,20 @@ class TrainConfig(_Section):
              "warmstart imitates single-turn diff answers; set rollout.mode: single_turn or warmstart.enabled: false"),
             (r.backend == "transformers" or self.lora.enabled,
              f"rollout.backend={r.backend} receives LoRA adapters only; set lora.enabled: true"),
+            (not r.drop_unfinished or r.mode == "agent",
+             "rollout.drop_unfinished applies to agent episodes; set rollout.mode: agent or drop_unfinished: false"),
+            (self.optim.lr_schedule != "cosine" or self.optim.warmup_steps < max(self.steps, 1),
+             f"optim.warmup_steps={self.optim.warmup_steps} leaves no step for the cosine decay (steps={self.steps})"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(msg)
         return self
+
+    def policy_token_budget(self) -> int:
+        """The most policy tokens one rollout can have: Dr. GRPO's constant normaliser by default."""
+        r = self.rollout
+        return r.max_new_tokens * (r.max_turns if r.mode == "agent" else 1)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()

@@ -4,8 +4,9 @@
 - `passed`: `grader.records.passes` — resolved, not tampered, no forged report (`EvalResult.passed`) and no hack
   found by the grader (`Grading.hacks`). Everything downstream (dynamic sampling, the judge's candidates,
   rewards) reads this one mask, so a hack can never pay.
-- `valid`: the sandbox could run the rollout. An `infra_error` says nothing about the policy: it is masked out
-  of the advantages and the loss, never scored as a failure.
+- `valid`: the sandbox could run the rollout, and the trainer did not drop it (`rollout.drop_unfinished`). An
+  `infra_error` says nothing about the policy: it is masked out of the advantages and the loss, never scored as a
+  failure; a dropped episode is masked the same way.
 
 (`grader.records.Group` is a different thing: the grader's *input*, the passing candidates of one instance;
 `RolloutGroup.candidates()` builds it with the one shared conversion `Group.from_results`.)
@@ -27,6 +28,7 @@ class RolloutGroup:
     results: list[EvalResult]  # aligned with trajs
     hack_check: Grading | None = None  # the model-free grader's verdicts (hacks), on every group with a pass
     ranking: Grading | None = None  # the judge's ranking, only where GAGAR has something to redistribute
+    behaviour: dict | None = None  # the behavioural probe's findings (grader.probes), rollout_id -> [finding]
 
     def __post_init__(self) -> None:
         if [t.rollout_id for t in self.trajs] != [r.rollout_id for r in self.results]:
@@ -57,17 +59,20 @@ class RolloutGroup:
 
     @property
     def valid(self) -> list[bool]:
-        return [r.status != "infra_error" for r in self.results]
+        return [r.status != "infra_error" and not t.dropped for t, r in zip(self.trajs, self.results, strict=True)]
 
     def candidates(self) -> Group:
         """The grader's input: this group's passing rollouts (hacks already found are left out)."""
         hacks = self.grader_hacks
-        return Group.from_results(
+        group = Group.from_results(
             self.instance,
             [r for r in self.results if r.rollout_id not in hacks],
             {t.rollout_id: t.patch for t in self.trajs},
             trajectories={t.rollout_id: t.events for t in self.trajs},
         )
+        ids = {c.rollout_id for c in group.candidates}
+        group.behaviour = {k: v for k, v in (self.behaviour or {}).items() if k in ids}
+        return group
 
 
 def infra_result(instance_id: str, rollout_id: str, error: str) -> EvalResult:

@@ -41,7 +41,7 @@ from trainer.plots import plot_metrics
 from trainer.policy import build_policy
 from trainer.sandbox_pool import SandboxPool
 from trainer.tasks import TaskSampler, load_instances
-from trainer.update import policy_update
+from trainer.update import lr_factor, policy_update
 
 
 @dataclass
@@ -68,11 +68,15 @@ class Trainer:
         self.restore(state)
         from trainer.rollout import make_backend
 
-        self.backend = make_backend(cfg, self.policy.model, self.policy.tokenizer, str(self.out))
+        self.backend = make_backend(cfg, self.policy.model, self.policy.tokenizer, str(self.out),
+                                    base_path=self.policy.base_path)
+        if cfg.rollout.backend == "openai" and self.policy.base_path != cfg.model.name_or_path:
+            log(f"note: the policy's base is {self.policy.base_path} (warm start or checkpoint): the server at "
+                f"{cfg.rollout.base_url} must serve those weights for the LoRA updates it receives to apply")
         if ckpt and cfg.rollout.backend != "transformers":
             self.backend.sync_weights(self.policy.model, self.start_step)
         self.pool = SandboxPool(cfg.sandbox, self.repos, run_id=f"train-{self.out.name}")
-        self.judge = Judge(cfg.grader, self.repos)
+        self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config)
         self.metrics = MetricsWriter(self.out, start_step=self.start_step, tensorboard=cfg.tensorboard)
         (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
 
@@ -91,6 +95,9 @@ class Trainer:
                          sandbox=self.pool.config())
         record_behaviour_logprobs(self.policy.model, self.policy.pad_id, [t for g in trajs for t in g],
                                   temperature=r.temperature, top_p=r.top_p, batch_size=self.cfg.optim.minibatch_size)
+        if r.drop_unfinished:  # agent episodes that never finished leave the group (masked, still evaluated)
+            for t in (t for g in trajs for t in g):
+                t.dropped = t.finish in ("max_turns", "context")
         return trajs
 
     def evaluate(self, trajs: list[list[Trajectory]], run_dir: Path) -> list[RolloutGroup]:
@@ -117,7 +124,7 @@ class Trainer:
         if a.redistribution != "none":
             need = rewards.needs_ranking(kept, base)
             t0 = time.monotonic()
-            self.judge.rank([g for g, n in zip(kept, need, strict=True) if n])
+            self.judge.rank_groups([g for g, n in zip(kept, need, strict=True) if n])
             stats.update(judge_ranked=sum(need), judge_skipped=sum(1 for g, n in zip(kept, need, strict=True)
                                                                   if not n and any(g.passed)),
                          judge_fallbacks=sum(bool(g.ranking and g.ranking.fallback) for g in kept),
@@ -132,13 +139,20 @@ class Trainer:
                          adv_min=float(v.min()), adv_max=float(v.max()))
         return adv, stats
 
-    def update(self, kept: list[RolloutGroup], adv: torch.Tensor) -> dict[str, float]:
-        # Rollouts the sandbox could not run are not in the loss at all (not even through the KL term).
+    def update(self, kept: list[RolloutGroup], adv: torch.Tensor, step: int = 1) -> dict[str, float]:
+        # Rollouts the sandbox could not run (or dropped ones) are not in the loss at all (not even through the
+        # KL term); with DAPO's overlong filtering, neither are rollouts the token limit cut off.
+        o = self.cfg.optim
         items = [(t, float(adv[b, k])) for b, g in enumerate(kept)
                  for k, (t, ok) in enumerate(zip(g.trajs, g.valid, strict=True)) if ok]
+        cut = [o.overlong_filter and t.finish in ("length", "context") for t, _ in items]
+        items = [it for it, c in zip(items, cut, strict=True) if not c]
         r, p = self.cfg.rollout, self.policy
-        return policy_update(p.model, p.optimizer, items, self.cfg.optim, pad_id=p.pad_id, temperature=r.temperature,
-                             top_p=r.top_p, seed=self.cfg.seed, ref_model=p.ref_model)
+        lr = o.lr * lr_factor(step, o, self.cfg.steps)
+        stats = policy_update(p.model, p.optimizer, items, o, pad_id=p.pad_id, temperature=r.temperature,
+                              top_p=r.top_p, seed=self.cfg.seed, ref_model=p.ref_model, lr=lr,
+                              loss_scale=o.loss_scale or self.cfg.policy_token_budget())
+        return {**stats, "lr": lr, "overlong_filtered": sum(cut)}
 
     # ── one step ───────────────────────────────────────────────────────────────────────────────────────
     def collect(self, ids: list[str], tag: str, run_dir: Path, trajs: list[list[Trajectory]] | None = None) -> Batch:
@@ -164,7 +178,7 @@ class Trainer:
         stats: dict = {}
         if kept:
             adv, stats = self.advantages(kept)
-            stats.update(self.update(kept, adv))
+            stats.update(self.update(kept, adv, step))
             if self.cfg.rollout.backend != "transformers":
                 self.backend.sync_weights(self.policy.model, step)
         times = {k: round(sum(b.times.get(k, 0.0) for b in batches), 3) for k in ("gen_s", "eval_s", "check_s")}

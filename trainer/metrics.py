@@ -54,6 +54,7 @@ def step_row(step: int, groups: list[RolloutGroup], kept: list[RolloutGroup], st
     and the stage statistics and timings in `stats` (advantages, GAGAR before/after, update, seconds)."""
     results = [r for g in groups for r in g.results]
     valid = [r for r in results if r.status != "infra_error"]
+    n_valid = sum(v for g in groups for v in g.valid)  # neither infra_error nor dropped
     statuses = Counter(r.status for r in results)
     row: dict[str, Any] = {
         "step": step,
@@ -61,9 +62,10 @@ def step_row(step: int, groups: list[RolloutGroup], kept: list[RolloutGroup], st
         "groups_kept": len(kept),
         "rollouts": len(results),
         # Over the rollouts the sandbox could run: an infra_error says nothing about the policy.
-        "pass_rate": sum(p for g in groups for p, v in zip(g.passed, g.valid, strict=True) if v) / max(1, len(valid)),
+        "pass_rate": sum(p for g in groups for p, v in zip(g.passed, g.valid, strict=True) if v) / max(1, n_valid),
         "resolved_rate": sum(r.resolved for r in valid) / max(1, len(valid)),
         "infra_errors": len(results) - len(valid),
+        "dropped": sum(t.dropped for g in groups for t in g.trajs),
         "hacks_sandbox": sum(r.hacked for r in results),
         "hacks_grader": sum(len(g.grader_hacks) for g in groups),
         "tampered": sum(r.tampered_tests for r in results),

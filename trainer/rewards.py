@@ -64,13 +64,10 @@ def base_advantages(groups: list[RolloutGroup], a: AdvantageConfig) -> Tensor:
 
 
 def needs_ranking(groups: list[RolloutGroup], base: Tensor) -> list[bool]:
-    """GAGAR moves advantage only between passing rollouts with A > 0 (`needs_grading`), and a lone passing
-    rollout has nothing to be ranked against: elsewhere the judge's ranking would change nothing, so it is not
-    asked."""
+    """GAGAR moves advantage only between two or more passing rollouts with A > 0 (`needs_grading`): elsewhere
+    the judge's ranking would change nothing, so it is not asked."""
     passed, valid = masks(groups)
-    ok = passed & valid
-    need = needs_grading(base, ok) & (ok.sum(1) >= 2)
-    return [bool(n) for n in need.tolist()]
+    return [bool(n) for n in needs_grading(base, passed & valid).tolist()]
 
 
 def quality_weights(groups: list[RolloutGroup]) -> tuple[Tensor, Tensor]:
@@ -95,7 +92,7 @@ def redistribute_groups(groups: list[RolloutGroup], base: Tensor, a: AdvantageCo
     passed, valid = masks(groups)
     weights, usable = quality_weights(groups)
     fn = redistribute if a.redistribution == "gagar" else downweight
-    kwargs = {"cap": a.cap} if a.redistribution == "gagar" else {}
+    kwargs = {"cap": a.cap, "form": a.gagar_form} if a.redistribution == "gagar" else {}
     out = fn(base, passed & valid, weights, usable=usable, **kwargs)
     return torch.where(valid, out, torch.zeros_like(out))
 
@@ -104,11 +101,14 @@ def redistribution_stats(groups: list[RolloutGroup], before: Tensor, after: Tens
     """What GAGAR did this step, for the metrics and the advantage panel: over the passing rollouts it could
     move (A > 0 in a group with a usable ranking), the highest and lowest advantage before and after."""
     if not groups:
-        return {"gagar_groups": 0}
+        return {"gagar_groups": 0, "gagar_moved": 0}
     passed, valid = masks(groups)
     _, usable = quality_weights(groups)
     moved = passed & valid & (before > 0) & usable[:, None]
-    row: dict[str, float | int] = {"gagar_groups": int(moved.any(1).sum())}
+    # gagar_groups: groups GAGAR could act on (a usable ranking, a positive passing advantage); gagar_moved: those
+    # where it changed an advantage (equal weights, or a lone pass, leave a group as it was)
+    row: dict[str, float | int] = {"gagar_groups": int(moved.any(1).sum()),
+                                   "gagar_moved": int((moved & (after != before)).any(1).sum())}
     if bool(moved.any()):
         row.update(adv_pass_max_before=float(before[moved].max()), adv_pass_min_before=float(before[moved].min()),
                    adv_pass_max_after=float(after[moved].max()), adv_pass_min_after=float(after[moved].min()))

@@ -86,6 +86,10 @@ def _q(items: tuple[str, ...]) -> str:
     return " ".join(shlex.quote(x) for x in items)
 
 
+def _heredoc(path: str, lines: tuple[str, ...]) -> str:
+    return f"cat > {path} <<'GAGAR_EOF_7c1d'\n" + "\n".join(lines) + "\nGAGAR_EOF_7c1d"
+
+
 def build_script(plan: EnvPlan) -> str:
     """The shell script run as root in the build container; each step echoes a `== step` marker so a failure
     can be attributed to its step."""
@@ -109,7 +113,20 @@ def build_script(plan: EnvPlan) -> str:
                   f"export PATH={VENV}/bin:$PATH VIRTUAL_ENV={VENV}",
                   # The sandbox runs tests in a login shell, whose /etc/profile resets PATH: put the venv back.
                   f"echo 'export PATH={VENV}/bin:$PATH VIRTUAL_ENV={VENV}' > /etc/profile.d/00-gagar-venv.sh"]
-        if s.packages:
+        if plan.conda:
+            # SWE-bench's conda packages: pip where PyPI has them; the others are named in the log and skipped.
+            lines += [f"echo {shlex.quote('== conda packages (pip): ' + ' '.join(plan.conda))}",
+                      _heredoc("/tmp/gagar-conda.txt", plan.conda),
+                      # --ignore-installed: conda makes a fresh env with these packages, so the base's Debian copies
+                      # (bullseye's pytest 6, without a `pytest` command) must not stand in for them
+                      "python -m pip install --ignore-installed -r /tmp/gagar-conda.txt || while read -r req; do "
+                      "python -m pip install --ignore-installed \"$req\" || "
+                      "echo \"== conda-only (pip cannot install it): $req\"; done < /tmp/gagar-conda.txt"]
+        if plan.requirements_from:
+            lines += [f"echo {shlex.quote(f'== packages: {s.packages} ({plan.requirements_from}, as SWE-bench reads it)')}",
+                      _heredoc("/tmp/gagar-requirements.txt", plan.requirements),
+                      "python -m pip install -r /tmp/gagar-requirements.txt"]
+        elif s.packages:
             lines += [f"echo {shlex.quote('== packages: ' + s.packages)}",
                       f"python -m pip install -r {shlex.quote(s.packages)}"]
         if s.pip_packages:
@@ -208,6 +225,10 @@ def build_env_image(plan: EnvPlan, *, client: docker.DockerClient, log_dir: Path
         _run_build(plan, base_ref, client, log_path)
         img = client.images.get(plan.ref)
         say(f"env image {plan.ref}: built in {time.monotonic() - t0:.0f} s, {img.attrs.get('Size', 0) / 1e6:.0f} MB")
+        skipped = re.findall(r"^== conda-only \(pip cannot install it\): (.+)$", log_path.read_text(errors="replace"),
+                             re.M)
+        if skipped:
+            say(f"env image {plan.ref}: conda-only packages left out (pip cannot install them): {', '.join(skipped)}")
         return plan.ref, True
 
 

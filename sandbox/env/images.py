@@ -90,7 +90,8 @@ RECIPES: dict[str, Recipe] = {
 
 # Which image a task gets when it names none: by language, else by test framework.
 LANGUAGE_IMAGES = {"python": "gagar-python", "go": "gagar-go", "java": "gagar-java"}
-FRAMEWORK_IMAGES = {"pytest": "gagar-python", "unittest": "gagar-python", "go": "gagar-go", "junit": "gagar-java"}
+FRAMEWORK_IMAGES = {"pytest": "gagar-python", "unittest": "gagar-python", "django": "gagar-python", "sympy": "gagar-python",
+                    "go": "gagar-go", "junit": "gagar-java"}
 
 
 class ImageError(RuntimeError):

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,11 @@ from typing import Any
 from sandbox.env.images import select_image
 from sandbox.env.spec import EnvSpec, SpecError, spec_for
 from sandbox.env.toolchains import ALL_RECIPES, GoMod, ToolchainError, base_for, parse_go_mod
+from sandbox.integrity import gitsafe
 
 ENV_FORMAT = 2  # bumped when the build procedure changes, so old environment images stop matching
-FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "go": "go", "junit": "java"}
+FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "django": "python", "sympy": "python", "go": "go",
+                      "junit": "java"}
 GO_MODCACHE = "/opt/gomodcache"
 
 
@@ -32,20 +32,9 @@ class EnvInputError(ValueError):
     a toolchain no base offers. `gagar image build` exits 2 on it; `gagar eval` gives infra_error."""
 
 
-def git_at(clone: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Read-only git on the user's clone (never on a tree a policy touched); hooks and fsmonitor off."""
-    proc = subprocess.run(["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-C", str(clone),
-                           *args], capture_output=True,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
-    if check and proc.returncode != 0:
-        raise EnvInputError(f"git {' '.join(args[:2])} in {clone} failed: "
-                            f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
-    return proc
-
-
 def _file_at(clone: Path, commit: str, path: str) -> bytes | None:
-    proc = git_at(clone, "show", f"{commit}:{path}", check=False)
-    return proc.stdout if proc.returncode == 0 else None
+    res = gitsafe.run("show", f"{commit}:{path}", git_dir=gitsafe.git_dir_of(clone), trusted_dir=clone, binary=True)
+    return res.out if res.ok else None  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -58,12 +47,20 @@ class EnvPlan:
     toolchain: str
     spec: EnvSpec
     go_download: bool = False  # download go.mod's modules at build (no vendor/ at the commit)
+    # SWE-bench's `requirements.txt` / `environment.yml`, read from the repo at `commit` (sandbox.env.swebench):
+    # pip requirement lines that must install, and conda packages installed with pip where PyPI has them.
+    requirements: tuple[str, ...] = ()
+    conda: tuple[str, ...] = ()
+    requirements_from: str | None = None
 
     @property
     def hash(self) -> str:
         doc = {"format": ENV_FORMAT, "base": ALL_RECIPES[self.base].hash, "repo": self.repo, "commit": self.commit,
                "language": self.language, "toolchain": self.toolchain, "spec": self.spec.to_dict(),
                "go_download": self.go_download}
+        if self.requirements or self.conda:  # only then: older plans keep their hashes (and their images)
+            doc["resolved"] = {"requirements": list(self.requirements), "conda": list(self.conda),
+                               "conda_install": "pip --ignore-installed"}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     @property
@@ -80,8 +77,12 @@ class EnvPlan:
         bits = [f"{self.language} {self.toolchain}"]
         if s.apt_packages:
             bits.append(f"{len(s.apt_packages)} apt")
-        if s.packages:
+        if self.requirements_from:
+            bits.append(f"{len(self.requirements)} from {self.requirements_from}")
+        elif s.packages:
             bits.append(f"-r {s.packages}")
+        if self.conda:
+            bits.append(f"{len(self.conda)} conda→pip")
         if s.pip_packages:
             bits.append(f"{len(s.pip_packages)} pip")
         if self.go_download:
@@ -125,7 +126,8 @@ def plan_instance(instance: Any, repos_dir: Path | None, specs: dict[str, dict[s
         raise EnvInputError(f"instance {instance.instance_id}: cannot tell its language; set `language`")
     clone = Path(repos_dir or ".") / instance.repo.replace("/", "__")
     commit = getattr(instance, "environment_setup_commit", None) or instance.base_commit
-    usable = clone.is_dir() and git_at(clone, "cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode == 0
+    usable = clone.is_dir() and gitsafe.run("cat-file", "-e", f"{commit}^{{commit}}",
+                                            git_dir=gitsafe.git_dir_of(clone), trusted_dir=clone).ok
     if not usable and spec is None:  # Go without a spec: the default toolchain; the workspace reports the clone
         return EnvTarget(select_image(None, instance.language, instance.test_framework))
     if not clone.is_dir():
@@ -145,14 +147,39 @@ def plan_instance(instance: Any, repos_dir: Path | None, specs: dict[str, dict[s
     except ToolchainError as exc:
         where = "go.mod" if lang == "go" and not spec.go else f"env.{lang}"
         raise EnvInputError(f"instance {instance.instance_id}: {exc} (asked by {where})") from exc
-    if spec.packages and _file_at(clone, commit, spec.packages) is None:
-        raise EnvInputError(f"instance {instance.instance_id}: `packages` file {spec.packages!r} does not exist in "
-                            f"{instance.repo} at {commit[:12]}")
+    reqs, conda, reqs_from = _resolve_packages(instance, spec, clone, commit)
     vendored = lang == "go" and _file_at(clone, commit, "vendor/modules.txt") is not None
     go_download = bool(gomod and gomod.requires and not vendored)
     test_env = {"GOFLAGS": "-mod=vendor"} if vendored else {}
-    installs = spec.apt_packages or spec.packages or spec.pip_packages or spec.pre_install or spec.install
+    installs = (spec.apt_packages or spec.packages or spec.conda_packages or spec.pip_packages or spec.pre_install
+                or spec.install)
     if not installs and not go_download:
         return EnvTarget(f"{base}:latest", base=base, test_env=test_env)  # toolchain choice only: no env layer
-    plan = EnvPlan(instance.repo, clone, commit, lang, base, version, spec, go_download)
+    plan = EnvPlan(instance.repo, clone, commit, lang, base, version, spec, go_download, reqs, conda, reqs_from)
     return EnvTarget(plan.ref, plan=plan, base=base, test_env=test_env)
+
+
+def _resolve_packages(instance: Any, spec: EnvSpec, clone: Path, commit: str
+                      ) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """(pip requirement lines, conda packages, the file they came from) for the spec's `packages`: SWE-bench's
+    `requirements.txt` and `environment.yml` are found and read where SWE-bench looks (sandbox.env.swebench);
+    any other value is a requirements file that must exist at the commit (pip reads it at build)."""
+    from sandbox.env.swebench import environment_yml, requirements
+
+    def read(path: str) -> str | None:
+        raw = _file_at(clone, commit, path)
+        return raw.decode(errors="replace") if raw is not None else None
+
+    where = f"instance {instance.instance_id}: `packages`"
+    try:
+        if spec.packages == "requirements.txt":
+            path, lines = requirements(instance.repo, read)
+            return tuple(lines), spec.conda_packages, path
+        if spec.packages == "environment.yml":
+            path, conda, pip = environment_yml(instance.repo, read)
+            return tuple(pip), (*spec.conda_packages, *conda), path
+    except ValueError as exc:
+        raise EnvInputError(f"{where} {spec.packages!r}: {exc} in {instance.repo} at {commit[:12]}") from exc
+    if spec.packages and read(spec.packages) is None:
+        raise EnvInputError(f"{where} file {spec.packages!r} does not exist in {instance.repo} at {commit[:12]}")
+    return (), spec.conda_packages, None

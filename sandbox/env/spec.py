@@ -1,26 +1,49 @@
 """Environment specs: what an instance's environment image holds (the contract: docs/environments.md).
 
-A spec has SWE-bench's per-version keys, pip only: `python`, `apt_packages`, `packages` (a requirements file in
-the repo), `pip_packages`, `pre_install`, `install`, plus `go` and `java` toolchain versions. It comes from the
-instance's `env`, else from `--env-specs FILE` (`{repo: {version: spec}}`, the shape of SWE-bench's
-`MAP_REPO_VERSION_TO_SPECS`), or from the installed `swebench` package (`--env-specs swebench`), translated.
-Bad input raises `SpecError` with a message naming the repo/version/instance and the offending key.
+A spec has SWE-bench's per-version keys, installed with pip and apt: `python`, `apt_packages`, `packages` (a
+requirements file in the repo; SWE-bench's `requirements.txt` / `environment.yml`, found where SWE-bench looks;
+or a conda package list), `pip_packages`, `pre_install`, `install`, plus `go` and `java` toolchain versions; its
+test keys (`test_cmd`, `eval_commands`, `log_parser`) are kept apart in `EnvSpec.run` and give a row without
+`test_cmd` its command (`apply_specs`, `sandbox.env.swebench`). It comes from the instance's `env`, else from
+`--env-specs FILE` (`{repo: {version: spec}}`, the shape of SWE-bench's `MAP_REPO_VERSION_TO_SPECS`), or from
+the installed `swebench` ≤ 4.1 (`--env-specs swebench`), translated. Bad input raises `SpecError` with a message
+naming the repo/version/instance and the offending key.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-KEYS = ("python", "apt_packages", "packages", "pip_packages", "pre_install", "install", "go", "java")
-# SWE-bench keys that say how to run tests or size containers, not what the environment holds: accepted so a
-# dumped SWE-bench map loads, and ignored.
-IGNORED_KEYS = ("test_cmd", "eval_commands", "nano_cpus", "execute_test_as_nonroot", "docker_specs",
-                "no_use_env", "env_patches")
+from sandbox.env.swebench import RunSpec, SWEbenchError, package_specs, row_command
+
+KEYS = ("python", "apt_packages", "packages", "conda_packages", "pip_packages", "pre_install", "install", "go",
+        "java")
+# SWE-bench keys that say how to run the tests: kept apart (`EnvSpec.run`), never part of the image.
+RUN_KEYS = ("test_cmd", "eval_commands", "log_parser")
+# SWE-bench keys that size containers or steer its own harness: accepted so a dumped SWE-bench map loads, ignored.
+IGNORED_KEYS = ("nano_cpus", "execute_test_as_nonroot", "docker_specs", "no_use_env", "env_patches")
 ALIASES = {"apt-pkgs": "apt_packages"}  # SWE-bench's spelling in some versions of its constants
+# `packages` values with SWE-bench's meaning: the repo's own requirement files / its conda environment file,
+# found and read at the environment commit (sandbox.env.swebench).
+SWEBENCH_FILES = ("requirements.txt", "environment.yml")
+_CONDA = re.compile(r"\bconda\b")
+_NON_EDITABLE = ((re.compile(r"\bpip\s+install\s+(?!.*(?:-e|--editable)\s)(.*?)(?<![\w/.-])\.(\[[\w,-]+\])?(?=\s|$)"),
+                  r"pip install \1-e .\2"),
+                 (re.compile(r"\bsetup\.py\s+install\b"), "setup.py develop"))
+
+
+def _editable(cmd: str) -> str:
+    """An install of the repository itself, made editable: the image's copy of the source is deleted after the
+    build, and SWE-bench reinstalls the patched tree before each run, which an offline, read-only test
+    container cannot; an editable install imports each rollout's tree from /testbed instead."""
+    for pat, repl in _NON_EDITABLE:
+        cmd = pat.sub(repl, cmd)
+    return cmd
 
 
 class SpecError(ValueError):
@@ -45,18 +68,24 @@ class EnvSpec:
     install: tuple[str, ...] = ()
     go: str | None = None
     java: str | None = None
+    conda_packages: tuple[str, ...] = ()
     ignored: tuple[str, ...] = field(default=(), compare=False)
+    run: RunSpec | None = field(default=None, compare=False)
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> EnvSpec:
         if not isinstance(d, dict):
             raise SpecError(f"{where}: an env spec must be a JSON object, got {type(d).__name__}")
         d = {ALIASES.get(k, k): v for k, v in d.items()}
-        unknown = sorted(k for k in d if k not in KEYS and k not in IGNORED_KEYS)
+        unknown = sorted(k for k in d if k not in KEYS and k not in IGNORED_KEYS and k not in RUN_KEYS)
         if unknown:
             raise SpecError(f"{where}: unknown env spec key(s) {', '.join(map(repr, unknown))}; known: "
-                            f"{', '.join(KEYS)}")
-        out: dict[str, Any] = {"ignored": tuple(sorted(k for k in d if k in IGNORED_KEYS))}
+                            f"{', '.join(KEYS)} (and SWE-bench's {', '.join(RUN_KEYS)})")
+        try:
+            run = RunSpec.from_dict(d, where)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from exc
+        out: dict[str, Any] = {"ignored": tuple(sorted(k for k in d if k in IGNORED_KEYS)), "run": run}
         for key in ("python", "go", "java"):
             v = d.get(key)
             if v is None:
@@ -66,9 +95,11 @@ class EnvSpec:
             if not isinstance(v, str) or not re.fullmatch(r"\d+(\.\d+){0,2}", v.strip()):
                 raise SpecError(f"{where}: `{key}` must be a version like \"3.11\", got {v!r}")
             out[key] = v.strip()
-        for key in ("apt_packages", "pip_packages", "pre_install", "install"):
+        for key in ("apt_packages", "conda_packages", "pip_packages", "pre_install", "install"):
             if d.get(key) not in (None, "", []):
                 out[key] = _strs(d[key], key, where)
+        if "install" in out:
+            out["install"] = tuple(_editable(c) for c in out["install"])
         for pkg in out.get("apt_packages", ()):
             if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]*(=[\w.+:~-]+)?", pkg):
                 raise SpecError(f"{where}: apt package {pkg!r} is not a Debian package name")
@@ -77,16 +108,20 @@ class EnvSpec:
             if not isinstance(pk, str):
                 raise SpecError(f"{where}: `packages` must name a requirements file in the repo, got {pk!r}")
             pk = pk.strip()
-            if pk.startswith("/") or ".." in pk.split("/") or " " in pk:
-                raise SpecError(f"{where}: `packages` must be a repo-relative requirements file, got {pk!r} "
-                                "(conda package lists and environment.yml are not supported: use pip_packages)")
-            out["packages"] = pk
+            if re.search(r"\s", pk) or not re.search(r"(/|\.(txt|in|yml|yaml)$)", pk):
+                # SWE-bench's conda package list (`numpy scipy 'pandas<2'`): installed with pip where PyPI has them
+                out["conda_packages"] = (*out.get("conda_packages", ()), *shlex.split(pk))
+            elif pk.startswith("/") or ".." in pk.split("/"):
+                raise SpecError(f"{where}: `packages` must be a repo-relative requirements file, got {pk!r}")
+            else:
+                out["packages"] = pk
         return cls(**out)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec's content (what the image hash covers), without empty keys."""
         d = asdict(self)
         d.pop("ignored")
+        d.pop("run")
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items() if v not in (None, ())}
 
     @property
@@ -110,7 +145,7 @@ def parse_spec_map(data: Any, where: str) -> dict[str, dict[str, EnvSpec]]:
             if not isinstance(spec, dict):
                 raise SpecError(f"{where}: {repo} version {version!r} maps to {type(spec).__name__}, not a spec "
                                 f"object ({shape})")
-            out[repo][str(version)] = EnvSpec.from_dict(spec, f"{where}: {repo} version {version}")
+            out[repo][str(version)] = _from_swebench(spec, f"{where}: {repo} version {version}")
     return out
 
 
@@ -129,52 +164,41 @@ def load_spec_file(arg: str | Path) -> dict[str, dict[str, EnvSpec]]:
 
 
 def translate_swebench(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """One SWE-bench spec → (our spec dict, what could not be translated). SWE-bench builds conda envs:
-    `packages` may be a conda package list or environment.yml, `pip_packages` pip pins, `python` a conda
-    Python. We keep what pip and apt can do and name the rest."""
-    out: dict[str, Any] = {}
+    """One SWE-bench spec → (a spec dict `EnvSpec.from_dict` takes, what cannot be translated). SWE-bench builds
+    conda environments; pip and apt do what they can here: `packages` keeps its meaning (a conda package list is
+    installed with pip, `requirements.txt`/`environment.yml` are read from the repo), and conda commands in
+    `pre_install`/`install` are dropped and named."""
+    out = dict(spec)
     lost: list[str] = []
-    for key in ("python", "pip_packages", "pre_install", "install", "apt_packages"):
-        if spec.get(key):
-            out[key] = spec[key]
-    if spec.get("apt-pkgs"):
-        out["apt_packages"] = spec["apt-pkgs"]
-    pk = spec.get("packages")
-    if pk == "environment.yml":
-        lost.append("packages=environment.yml (a conda environment)")
-    elif pk == "requirements.txt":
-        out["packages"] = "requirements.txt"
-    elif isinstance(pk, str) and pk.strip():
-        lost.append(f"conda packages {pk.strip()!r} (added to pip_packages where pip has them)")
-        out["pip_packages"] = [*out.get("pip_packages", []), *pk.split()]
-    install = spec.get("install") or ""
-    if isinstance(install, str) and re.search(r"\bconda\b", install):
-        lost.append(f"install uses conda: {install!r}")
-        out.pop("install", None)
-    for cmd in spec.get("pre_install") or []:
-        if re.search(r"\bconda\b", cmd):
-            lost.append(f"pre_install uses conda: {cmd!r}")
-    if "pre_install" in out:
-        out["pre_install"] = [c for c in out["pre_install"] if not re.search(r"\bconda\b", c)]
+    build = out.pop("build", None)  # SWE-bench runs a spec's `build` right after `install` in the repo image
+    if build:
+        inst = out.get("install") or []
+        out["install"] = [*([inst] if isinstance(inst, str) else inst), *([build] if isinstance(build, str) else build)]
+    for key in ("pre_install", "install"):
+        cmds = out.get(key)
+        cmds = [cmds] if isinstance(cmds, str) else cmds
+        if isinstance(cmds, list):
+            lost += [f"{key} uses conda: {c!r}" for c in cmds if isinstance(c, str) and _CONDA.search(c)]
+            out[key] = [c for c in cmds if not (isinstance(c, str) and _CONDA.search(c))]
     return out, lost
 
 
+def _from_swebench(spec: Any, where: str) -> EnvSpec:
+    if not isinstance(spec, dict):
+        raise SpecError(f"{where}: an env spec must be a JSON object, got {type(spec).__name__}")
+    d, lost = translate_swebench(spec)
+    s = EnvSpec.from_dict(d, where)
+    return EnvSpec(**{**{k: getattr(s, k) for k in s.__dataclass_fields__},
+                      "ignored": (*s.ignored, *(f"lost: {x}" for x in lost))})
+
+
 def swebench_specs() -> dict[str, dict[str, EnvSpec]]:
-    """`--env-specs swebench`: SWE-bench's MAP_REPO_VERSION_TO_SPECS, translated to pip (see translate_swebench).
+    """`--env-specs swebench`: the installed swebench's MAP_REPO_VERSION_TO_SPECS (≤ 4.1), translated (above).
     What cannot be translated is recorded in `EnvSpec.ignored` as `lost: …` so callers can name it."""
     try:
-        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise SpecError("--env-specs swebench needs the `swebench` package (pip install swebench); or pass a "
-                        "JSON file {repo: {version: spec}}") from exc
-    out: dict[str, dict[str, EnvSpec]] = {}
-    for repo, versions in MAP_REPO_VERSION_TO_SPECS.items():
-        for version, spec in versions.items():
-            d, lost = translate_swebench(spec)
-            s = EnvSpec.from_dict({k: v for k, v in d.items() if k in KEYS}, f"swebench {repo} {version}")
-            out.setdefault(repo, {})[str(version)] = EnvSpec(**{**asdict(s), "ignored": tuple(
-                f"lost: {x}" for x in lost)})
-    return out
+        return parse_spec_map(package_specs(), "swebench")
+    except SWEbenchError as exc:
+        raise SpecError(str(exc)) from exc
 
 
 def spec_for(instance: Any, specs: dict[str, dict[str, EnvSpec]] | None) -> EnvSpec | None:
@@ -196,14 +220,31 @@ def check_instance_env(d: dict[str, Any]) -> None:
         EnvSpec.from_dict(d["env"], f"instance {d.get('instance_id')}: env")
 
 
-def apply_specs(instances: dict[str, Any], specs: dict[str, dict[str, EnvSpec]] | None) -> int:
+def apply_specs(instances: dict[str, Any], specs: dict[str, dict[str, EnvSpec]] | None) -> list[str]:
     """Give each instance without `env` its spec from the map (by repo and version), so the spec travels with
-    the instance to whichever executor evaluates it; returns how many got one."""
-    n = 0
+    the instance to whichever executor evaluates it; and give each row without `test_cmd` SWE-bench's command
+    for it (`sandbox.env.swebench`: from its `eval_script`, else from the spec's `test_cmd`). Returns notes on
+    rows that got no command although they look like SWE-bench's (the reason in words)."""
+    notes: list[str] = []
     for inst in instances.values():
-        if not inst.env and specs:
-            spec = spec_for(inst, specs)
-            if spec is not None:
-                inst.env = spec.to_dict()
-                n += 1
-    return n
+        spec = None
+        try:
+            spec = spec_for(inst, specs) if specs else None
+        except SpecError:
+            pass  # an instance's own bad env was refused at load; nothing to add here
+        if not inst.env and specs and spec is not None:
+            inst.env = spec.to_dict()
+            if inst.eval_script and inst.image:
+                inst.image = None  # a 5.x row's registry image: the spec's environment is built instead
+        if (inst.test_cmd or "").strip():
+            continue
+        if spec is None and specs:  # the instance's own env has no run keys: the map's may
+            spec = (specs.get(inst.repo) or {}).get(str(inst.version)) if inst.version is not None else None
+        try:
+            got = row_command(inst, spec.run if spec is not None else None)
+        except ValueError as exc:
+            notes.append(f"instance {inst.instance_id}: no test command: {exc}")
+            continue
+        if got is not None:
+            inst.test_cmd, inst.test_framework, inst.log_parser = got
+    return notes

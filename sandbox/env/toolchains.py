@@ -1,8 +1,9 @@
 """Which toolchain (and so which base image) an instance needs: Python, Go and Java versions per Debian suite.
 
 Debian bookworm gives Python 3.11, Go 1.19 and JDK 17 (the `gagar-python|go|java` images every machine builds
-in `make setup`); trixie gives Python 3.13, Go 1.24 and JDK 21 (`gagar-*-trixie`, built on demand the first time
-an instance asks for them: ≈40–75 s each). Python must match exactly (`python: "3.12"` is an error naming what is
+in `make setup`); trixie gives Python 3.13, Go 1.24 and JDK 21 (`gagar-*-trixie`), bullseye Python 3.9
+(`gagar-python-bullseye`, the Python most SWE-bench specs pin) — these are built on demand the first time an
+instance asks for them: ≈40–75 s each. Python must match exactly (`python: "3.12"` is an error naming what is
 offered); Go and Java versions are minimums (the smallest offered toolchain at or above the request wins), since
 both keep old code compiling. For Go without a `go` key, `go.mod`'s `go`/`toolchain` lines decide.
 
@@ -34,10 +35,18 @@ TRIXIE_RECIPES: dict[str, Recipe] = {
                check=f"javac -version && java -version && test -f {JUNIT_JAR} && git --version", suite="trixie"),
     )
 }
-ALL_RECIPES: dict[str, Recipe] = {**RECIPES, **TRIXIE_RECIPES}
+# Python 3.9: SWE-bench pins it for requests, seaborn, pylint, sphinx, sympy, pytest, astropy and Django 4.1/4.2.
+OLD_RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("gagar-python-bullseye", ("python3", "python3-pytest", "python-is-python3", "git"),
+               check="python --version && python -m pytest --version && git --version", suite="bullseye"),
+    )
+}
+ALL_RECIPES: dict[str, Recipe] = {**RECIPES, **TRIXIE_RECIPES, **OLD_RECIPES}
 
 # version → base image; what the Debian suites ship (checked by each image's `check` at build).
-PYTHON_BASES = {"3.11": "gagar-python", "3.13": "gagar-python-trixie"}
+PYTHON_BASES = {"3.9": "gagar-python-bullseye", "3.11": "gagar-python", "3.13": "gagar-python-trixie"}
 GO_BASES = {"1.19": "gagar-go", "1.24": "gagar-go-trixie"}
 JAVA_BASES = {"17": "gagar-java", "21": "gagar-java-trixie"}
 LANG_BASES = {"python": PYTHON_BASES, "go": GO_BASES, "java": JAVA_BASES}

@@ -127,7 +127,8 @@ def main(argv: list[str]) -> int:
         return _err(prog, f"{args.instances}: no instances")
     from sandbox.env.spec import apply_specs
 
-    apply_specs(instances, specs)
+    for n in apply_specs(instances, specs):
+        print(f"{prog}: warning: {n}", file=sys.stderr)
     try:
         config = SandboxConfig(repos_dir=args.repos_dir.resolve(), image=args.image, timeout=args.timeout,
                                max_workers=args.max_workers, run_id=args.run_id)

@@ -11,7 +11,8 @@ channels a forger would also have to fake:
 - each listed test reported exactly once, and defined in a test file before the run;
 - the patch itself: start-up hooks (`sitecustomize.py`, `.pth`, package metadata with entry points, planted
   bytecode), modules that shadow the standard library or pytest, references to the sandbox's report channel,
-  a Go `TestMain` or an `init()` that exits, printed Go test framing, new test files that register plugins.
+  a Go `TestMain` or an `init()` that exits, printed Go test framing, a Go exit past `-test.paniconexit0` (it has
+  to be named: Go has no eval), new test files that register plugins.
 
 `check()` returns the reasons; any reason makes the result `suspicious_report` (and unresolved). The checks are
 built so that an honest run never trips them: each is a disagreement no real test run produces.
@@ -38,6 +39,12 @@ SHADOWED = frozenset(sys.stdlib_module_names) | {
     "gagar_pytest_guard", "sitecustomize", "usercustomize"}
 _CHANNEL_WORDS = re.compile(r"GAGAR_|gagar_pytest_guard|/gagar/(?:report|lib)|TEST-junit-")
 _GO_FRAMING = re.compile(r"--- (?:PASS|FAIL|SKIP):|=== RUN ")
+# Ways a Go test binary can end with status 0 that `-test.paniconexit0` (which traps os.Exit(0)) does not see.
+# Go has no eval: reaching exit_group or execve takes one of these names in the source.
+_GO_RAW_EXIT = re.compile(
+    r"\b(?:syscall|unix)\.(?:Exit|Exec|RawSyscall6?|Syscall6?|RawSyscallNoError)\s*\(|"
+    r"^//go:linkname\s+\w+\s+\S*(?:[Ee]xit|testlog|Syscall|[Ee]xec)|"
+    r"\bC\.(?:_?exit|_Exit|quick_exit|syscall|execv\w*)\s*\(", re.M)
 _PY_PLUGIN = re.compile(r"^\s*pytest_plugins\s*=|^\s*def\s+pytest_\w+\s*\(|hookimpl")
 _PY_INTERNALS = re.compile(r"\b(?:TestReport|CallInfo|runtestprotocol|call_and_report|LogXML|junitxml)\b")
 _SUMMARY = re.compile(r"^\[\s*(\d+) tests (successful|failed|aborted)\s*\]", re.M)
@@ -68,6 +75,15 @@ def _added_lines(patch: str) -> dict[str, list[str]]:
             m = re.match(r"@@ -\d+(?:,\d+)? \+\d+(?:,(\d+))? @@", line)
             left = int(m.group(1)) if m and m.group(1) is not None else 1
     return out
+
+
+def _go_main_package(tree: Path, path: str) -> bool:
+    """A `package main` file (a command: exiting is its job)."""
+    try:
+        head = (tree / path).read_text(errors="replace")[:4096]
+    except OSError:
+        return False
+    return bool(re.search(r"^package\s+main\b", head, re.M))
 
 
 def _is_py_test_file(path: str) -> bool:
@@ -111,6 +127,11 @@ def static_findings(patch: str, info: PatchInfo, test_paths: set[str], tree: Pat
                 found.append(f"the patch adds an init() that can exit before the tests run ({p})")
             if _GO_FRAMING.search(text):
                 found.append(f"the patch prints Go test framing lines ({p})")
+            hit = _GO_RAW_EXIT.search(text)
+            if hit and not (re.search(r"^package\s+main\b", text, re.M) or _go_main_package(tree, p)):
+                found.append(f"the patch can end the test binary past -test.paniconexit0 ({p}: {hit.group(0)[:40]!r})")
+        elif p.endswith((".s", ".S")) and re.search(r"\bSYSCALL\b|\bSVC\b|\bINT\s+\$0x80", "\n".join(lines)):
+            found.append(f"the patch adds assembly that makes system calls ({p})")
         elif p.endswith(".py"):
             if _is_py_test_file(p) and any(_PY_PLUGIN.search(ln) for ln in lines):
                 found.append(f"a test file the task does not have registers pytest plugins or hooks ({p})")

@@ -2,7 +2,12 @@
 
 `parse_results(framework, log, report_dir) -> ParsedTests(statuses, source, ran)` with statuses
 `{test_id: "PASSED"|"FAILED"|"SKIPPED"|"ERROR"|"XFAIL"}`. Test ids follow the cross-team contract:
-pytest node ids, `go test -json` `Test` names, JUnit `classname.method`, unittest `name (module.Class)`.
+pytest node ids, `go test -json` `Test` names, JUnit `classname.method`, unittest `name (module.Class)`,
+Django's runner `name (module.Class)`, SymPy's runner bare function names. SWE-bench's parser names map onto
+these in `sandbox.parsers.swebench`.
+
+`STDOUT_REPORT` names the frameworks whose report *is* the run's output (`go test -json`, and the runners that
+write no report): the sandbox parses their whole output, never the capped copy it keeps for the log.
 
 A patch controls what the tests print, so a structured report wins: when one exists the log is not read at
 all (printed "PASSED" lines cannot add passes); the log is the fallback only when no report exists. Pass
@@ -15,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from sandbox.parsers import go, junit, pytest, unittest
+from sandbox.parsers import django, go, junit, pytest, sympy, unittest
 from sandbox.parsers.base import ERROR, FAILED, PASSED, SKIPPED, XFAIL, ParsedTests
 from sandbox.parsers.pytest import REPORT_NAME, pytest_addopts
 
@@ -26,7 +31,10 @@ PARSERS: dict[str, Parser] = {
     "unittest": lambda log, report_dir: unittest.parse_log(log),
     "go": lambda log, report_dir: go.parse_log(log),
     "junit": junit.parse,
+    "django": lambda log, report_dir: django.parse_log(log),
+    "sympy": lambda log, report_dir: sympy.parse_log(log),
 }
+STDOUT_REPORT = frozenset({"go", "unittest", "django", "sympy"})
 
 
 def register_parser(framework: str, parser: Parser) -> None:
@@ -50,5 +58,5 @@ def parse_results(
 
 __all__ = [
     "ERROR", "FAILED", "PASSED", "SKIPPED", "XFAIL", "ParsedTests", "PARSERS", "REPORT_NAME",
-    "parse_results", "pytest_addopts", "register_parser",
+    "STDOUT_REPORT", "parse_results", "pytest_addopts", "register_parser",
 ]

@@ -8,6 +8,7 @@ from .estimators import ESTIMATORS, dr_grpo, gapo, grpo, register_estimator, rlo
 from .gagar import (
     DEFAULT_CAP,
     DEFAULT_TIERS,
+    FORMS,
     apply_hack_verdicts,
     downweight,
     gagar_advantages,
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_CAP",
     "DEFAULT_TIERS",
     "ESTIMATORS",
+    "FORMS",
     "apply_hack_verdicts",
     "compute_advantages",
     "downweight",

@@ -87,9 +87,11 @@ def rloo(x: Tensor, sizes: Tensor | None = None) -> Tensor:
     return torch.where(n > 1, out, torch.zeros_like(out))
 
 
-# Two window widths within TIE_ULPS float rounding steps of the group's largest |reward| are the same width:
-# rewards like thirds or tenths are not exact in binary floating point, so equal true widths come out of the
-# subtraction a few ulps apart, and a strict minimum would pick whichever window the rounding favoured.
+# Two windows are equally narrow when their widths differ by at most TIE_ULPS float rounding steps of the values
+# that bound them: rewards like thirds or tenths are not exact in binary floating point, so equal true widths come
+# out of the subtraction a few ulps apart, and a strict minimum would pick whichever window the rounding favoured.
+# The tolerance comes from each window's own end values (never the group's largest |r|), so an outlier far away
+# cannot make unequal windows tie.
 TIE_ULPS = 8
 
 
@@ -106,55 +108,55 @@ def window_size(n: Tensor | int, coverage: float) -> Tensor | int:
     return ((n.long() * p + (q - 1)) // q).clamp(min=1).minimum(n)
 
 
-def _lowest_narrowest(widths: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
-    """(G, 1) start of the lowest window whose width ties the narrowest one.
+def _tied(lo: Tensor, hi: Tensor, padded: bool = False) -> Tensor:
+    """(G, w) bool: the windows as narrow as the narrowest one, up to rounding.
 
-    widths: (G, w) per window start (+inf where no window starts); lo, hi: (G, 1) smallest and largest reward.
+    lo, hi: (G, w) first and last sorted value of every window (``padded``: +inf in both where no window starts;
+    the caller masks those out of the result).
     """
-    # sorted rewards: max |r| = max(hi, −lo); the tolerance scales with it, as the rounding error does
-    scale = torch.maximum(hi, lo.neg())
-    thr = widths.amin(1, keepdim=True).add_(scale, alpha=TIE_ULPS * torch.finfo(widths.dtype).eps)
-    wider = widths > thr  # False exactly at the tied windows
-    # argmin returns the first minimum (documented), i.e. the lowest tied window; uint8 view: no copy
-    return wider.view(torch.uint8).argmin(1, keepdim=True)
-
-
-def _center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> tuple[Tensor, float]:
-    """(t, c) with Q = c·t: c = 0.5 when t is the sum of an even window's two middle values, else 1, so the
-    halving fuses into the caller's ``x − c·t`` (one kernel fewer: small batches are launch-bound on CPU)."""
-    m = s.shape[1]
-    if sizes is None:
-        k = window_size(m, coverage)
-        widths = s[:, k - 1 :] - s[:, : m - k + 1]  # (G, m − k + 1), one per window start
-        start = _lowest_narrowest(widths, s[:, :1], s[:, m - 1 :])
-        if center == "mean":
-            return s.unfold(1, k, 1).mean(-1).gather(1, start), 1.0
-        if k % 2:
-            return s.gather(1, start + k // 2), 1.0
-        # the two-middle sums of every window at once, then the chosen window's
-        return (s[:, k // 2 - 1 : m - k // 2] + s[:, k // 2 : m - k // 2 + 1]).gather(1, start), 0.5
-    k = window_size(sizes, coverage)[:, None]  # (G, 1), one k per group
-    starts = torch.arange(m, device=s.device)[None, :]  # (1, m)
-    ends = starts + k - 1
-    valid = ends < sizes[:, None]
-    widths = s.gather(1, ends.clamp(max=m - 1)) - s
-    widths = torch.where(valid, widths, torch.full((), math.inf, dtype=s.dtype, device=s.device))
-    start = _lowest_narrowest(widths, s[:, :1], s.gather(1, sizes[:, None] - 1))
-    if center == "mean":
-        inside = (starts >= start) & (starts < start + k)
-        total = torch.where(inside, s, torch.zeros((), dtype=s.dtype, device=s.device)).sum(1, keepdim=True)
-        return total / k.to(s.dtype), 1.0
-    return s.gather(1, start + (k - 1) // 2) + s.gather(1, start + k // 2), 0.5
+    widths = hi - lo
+    if padded:  # inf − inf = NaN where no window starts: never the minimum
+        widths = widths.nan_to_num(nan=math.inf)
+    tol = torch.maximum(lo.abs(), hi.abs()).mul_(TIE_ULPS * torch.finfo(lo.dtype).eps)
+    best = widths.argmin(1, keepdim=True)  # one narrowest window; the others are compared with it
+    return widths - widths.gather(1, best) <= tol + tol.gather(1, best)
 
 
 def gapo_center(s: Tensor, sizes: Tensor | None, coverage: float, center: str) -> Tensor:
-    """Centre Q of the narrowest window of k = ceil(coverage·n) sorted rewards; ties (widths within TIE_ULPS
-    rounding steps of the largest |reward|) -> the lowest window.
-
-    s: (G, m) rewards sorted ascending, padding (if any) +inf at the end. Returns Q: (G, 1).
-    """
-    t, c = _center(s, sizes, coverage, center)
-    return t * c if c != 1.0 else t
+    """Centre Q of GAPO: the mean of the centres (median, or mean with ``center="mean"``) of every narrowest window
+    of k = ceil(coverage·n) sorted rewards (widths equal up to TIE_ULPS rounding steps of each window's own
+    values). s: (G, m) rewards sorted ascending, padding (if any) +inf at the end. Returns Q: (G, 1)."""
+    m = s.shape[1]
+    zero = torch.zeros((), dtype=s.dtype, device=s.device)
+    if sizes is None:
+        k = window_size(m, coverage)
+        w = m - k + 1
+        tied = _tied(s[:, :w], s[:, k - 1 :])  # (G, w), one per window start
+        if center == "mean":
+            centres = s.unfold(1, k, 1).mean(-1)
+        elif k % 2:
+            centres = s[:, k // 2 : k // 2 + w]
+        else:
+            centres = (s[:, k // 2 - 1 : k // 2 - 1 + w] + s[:, k // 2 : k // 2 + w]) * 0.5
+        return torch.where(tied, centres, zero).sum(1, keepdim=True) / tied.sum(1, keepdim=True)
+    k = window_size(sizes, coverage)[:, None]  # (G, 1), one k per group
+    starts = torch.arange(m, device=s.device)[None, :]  # (1, m)
+    valid = starts + k - 1 < sizes[:, None]
+    inf = torch.full((), math.inf, dtype=s.dtype, device=s.device)
+    hi = torch.where(valid, s.gather(1, (starts + k - 1).clamp(max=m - 1)), inf)
+    tied = _tied(torch.where(valid, s, inf), hi, padded=True) & valid
+    if center == "mean":
+        # window sums from a float64 running sum over the real cells (padding is +inf), then back to s's dtype
+        real = starts < sizes[:, None]
+        run = torch.where(real, s, zero).double().cumsum(1)
+        run = torch.cat([torch.zeros_like(run[:, :1]), run], 1)  # run[:, j] = sum of the first j values
+        ends = (starts + k).clamp(max=m)
+        centres = ((run.gather(1, ends) - run[:, :m]) / k.double()).to(s.dtype)
+    else:
+        centres = (s.gather(1, (starts + (k - 1) // 2).clamp(max=m - 1))
+                   + s.gather(1, (starts + k // 2).clamp(max=m - 1))) * 0.5
+    centres = torch.where(tied, centres, zero)  # untied (and padding) windows hold inf/NaN otherwise
+    return centres.sum(1, keepdim=True) / tied.sum(1, keepdim=True)
 
 
 @register_estimator("gapo")
@@ -170,24 +172,24 @@ def gapo(
     """GAPO: A = (r − Q)/(D + eps), or r − Q when ``norm=False``. x: (G, m) -> (G, m).
 
     Q: median (even k: mean of the two middle values) — or mean with ``center="mean"`` — of the narrowest
-    window of k = ceil(coverage·n) sorted rewards (ties: the lowest window). D = sqrt(Σ(r − Q)²/(n − 1)) over
-    the whole group. Group of 1 -> 0; group of 2 (coverage 0.5) -> k = 1, Q = min, so A = (0, Δ/(|Δ| + eps)).
+    window of k = ceil(coverage·n) sorted rewards; when several windows are equally narrow, the mean of their
+    centres (symmetric: evenly spaced rewards get Q = their midpoint, so their advantages sum to 0).
+    D = sqrt(Σ(r − Q)²/(n − 1)) over the whole group. Group of 1 -> 0; group of 2 (coverage 0.5) -> k = 1, both
+    one-value windows tie, Q = the midpoint, A = ±Δ/2 / (D + eps).
     """
     if not 0.0 < coverage <= 1.0:
         raise ValueError(f"coverage must be in (0, 1], got {coverage}")
     if center not in ("median", "mean"):
         raise ValueError(f"center must be 'median' or 'mean', got {center!r}")
     if sizes is None:  # fast path: every group full, fewest kernel launches
-        t, c = _center(torch.sort(x, dim=1)[0], None, coverage, center)
-        d = torch.sub(x, t, alpha=c)
+        d = x - gapo_center(torch.sort(x, dim=1)[0], None, coverage, center)
         if not norm:
             return d
         scale = 1.0 / math.sqrt(max(x.shape[1] - 1, 1))
         return d / torch.linalg.vector_norm(d, dim=1, keepdim=True).mul_(scale).add_(eps)
     mask = _mask(x, sizes)
     padded = torch.where(mask, x, torch.full((), math.inf, dtype=x.dtype, device=x.device))
-    t, c = _center(torch.sort(padded, dim=1)[0], sizes, coverage, center)
-    d = torch.sub(x, t, alpha=c)
+    d = x - gapo_center(torch.sort(padded, dim=1)[0], sizes, coverage, center)
     if not norm:
         return d
     return d / (_bessel_std(d, _count(x, sizes), mask) + eps)

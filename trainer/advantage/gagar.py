@@ -1,15 +1,29 @@
 """GAGAR: quality-aware, sum-preserving redistribution of the passing rollouts' positive advantages.
 
-Per group, over P = {passing rollouts with A_i > 0} and weights f_i ∈ (0, 1] from the grader:
-    A'_i = λ·f̂_i·A_i for i ∈ P, A'_i = A_i otherwise,  f̂_i = f_i / max_P f,  λ = min(cap, Σ_P A / Σ_P f̂·A).
-Normalising f by the group's best weight makes λ·f̂ invariant to the weights' scale and λ ≥ 1, so equal weights
-give exactly the identity, and ``cap`` bounds how much the best passing rollout can be boosted (λ ≤ 1/min f̂
-anyway). Unless the cap binds, Σ_P A' = Σ_P A.
-Guarantee: a passing rollout in P never ends at or below a failing rollout of its group, nor at or below 0:
-λ·f̂·A > 0 already, and where float underflow or a failing rollout's own positive advantage (non-binary rewards)
-would break that, A'_i is raised to just above max(0, max failing advantage) — the only other case where the sum
-is not preserved exactly.
-A group without a usable grading (a NaN weight on a rollout of P, or ``usable`` False) is left unchanged.
+Per group, over P = {passing rollouts with A_i > 0} and weights f_i ∈ (0, 1] from the grader, f̂_i = f_i / max_P f
+(the top tier T = {i ∈ P: f̂_i = 1}, never empty; the rest of P is L, the lower tiers):
+
+``form="paper"`` (the default; GAGAR as the paper states it): down-weight the lower tiers and give the removed
+positive mass to the top tier, so the group's total positive advantage is unchanged:
+    A'_i = (1 − s·(1 − f̂_i))·A_i                       for i ∈ L   (s = 1: A'_i = f̂_i·A_i)
+    A'_i = A_i + R·A_i / Σ_T A,  R = Σ_L (A_i − A'_i)   for i ∈ T
+    s = min(1, (cap − 1)·Σ_T A / Σ_L (1 − f̂_i)·A_i)     (cap None: s = 1)
+The cap bounds the top tier's boost (A'_i ≤ cap·A_i on T) by removing *less* from the lower tiers — never by
+dropping mass — so Σ_P A' = Σ_P A in every case (to float rounding). Invariants (tested with hypothesis):
+  * sum preserved: Σ_P A' = Σ_P A;
+  * no lower-ranked patch is boosted: A'_i ≤ A_i on L, A'_i ≥ A_i on T;
+  * order by tier: the multiplier A'_i / A_i is non-decreasing in f_i (equal base advantages, as binary rewards
+    give every passing rollout of a group, therefore keep the tiers' order: f_i > f_j ⇒ A'_i > A'_j);
+  * failing rollouts, and passing ones with A_i ≤ 0, unchanged;
+  * equal weights → the exact identity (T = P, R = 0);
+  * no usable grading (a NaN weight on a rollout of P, or ``usable`` False) → the group unchanged;
+  * A'_i > 0 on P, and a passing rollout that was above every failing rollout of its group stays above them
+    (non-binary rewards can give a failing rollout A > 0): the down-weighting stops just above
+    max(0, best failing A). The floor only lowers R, so the sum stays exact.
+
+``form="scale"`` (the λ form of the design seed, kept as a named variant for comparison): A'_i = λ·f̂_i·A_i on P with
+λ = min(cap, Σ_P A / Σ_P f̂·A). It preserves the sum only while the cap does not bind, and it *boosts* middle tiers
+(tiers 1, 2, 3, 3, 3, 3: λ = 2.5, so the tier-2 rollout gets 1.5·A); both are why it is not the default.
 """
 
 from __future__ import annotations
@@ -27,6 +41,33 @@ from .segment import IndexLike
 
 DEFAULT_TIERS: dict[int, float] = dict(TIER_WEIGHTS)  # the grader's mapping, one definition
 DEFAULT_CAP = 3.0
+FORMS = ("paper", "scale")
+
+
+def _paper(a: Tensor, pos: Tensor, fhat: Tensor, lower_bound: Tensor, cap: float | None) -> Tensor:
+    """(G, m) new advantages of the rollouts in P (``pos``) under the paper's form; see the module docstring."""
+    zero = torch.zeros((), dtype=a.dtype, device=a.device)
+    top = pos & (fhat >= 1.0)  # f / max f is exactly 1.0 at the maximum (x / x == 1 in IEEE arithmetic)
+    low = pos & ~top
+    top_sum = torch.where(top, a, zero).sum(1, keepdim=True)
+    if cap is None:
+        s = torch.ones_like(top_sum)
+    else:
+        full = torch.where(low, (1.0 - fhat) * a, zero).sum(1, keepdim=True)
+        s = ((cap - 1.0) * top_sum / full.clamp(min=torch.finfo(a.dtype).tiny)).clamp(max=1.0)
+    low_new = torch.maximum((1.0 - s * (1.0 - fhat)) * a, torch.minimum(lower_bound, a))
+    removed = torch.where(low, a - low_new, zero).sum(1, keepdim=True)
+    top_new = a + removed * (a / top_sum.clamp(min=torch.finfo(a.dtype).tiny))
+    return torch.where(top, top_new, low_new)
+
+
+def _scale(a: Tensor, pos: Tensor, fhat: Tensor, lower_bound: Tensor, cap: float | None) -> Tensor:
+    zero = torch.zeros((), dtype=a.dtype, device=a.device)
+    total = torch.where(pos, a, zero).sum(1, keepdim=True)
+    lam = total / (fhat * a).sum(1, keepdim=True).clamp(min=torch.finfo(a.dtype).tiny)
+    if cap is not None:
+        lam = lam.clamp(max=cap)
+    return torch.maximum(lam * fhat * a, torch.minimum(lower_bound, a))
 
 
 def _redistribute(
@@ -36,7 +77,7 @@ def _redistribute(
     index: IndexLike | None,
     usable: Tensor | None,
     cap: float | None,
-    preserve_sum: bool,
+    form: str,
 ) -> Tensor:
     if advantages.shape != passed.shape or advantages.shape != weights.shape:
         raise ValueError(
@@ -44,7 +85,9 @@ def _redistribute(
             f"{tuple(weights.shape)} must have the same shape"
         )
     if cap is not None and not cap >= 1.0:
-        raise ValueError(f"cap must be >= 1 (λ >= 1 by construction), got {cap}")
+        raise ValueError(f"cap must be >= 1 (it bounds the top tier's multiplier), got {cap}")
+    if form not in FORMS + ("downweight",):
+        raise ValueError(f"unknown GAGAR form {form!r}; choose one of {', '.join(FORMS)}")
     check_finite(advantages, "advantages")
     wd = work_dtype(advantages)
     seg, a = layout(advantages.to(wd), index)
@@ -56,26 +99,23 @@ def _redistribute(
     if bool(bad.any()):
         raise ValueError("quality weights of passing rollouts must lie in (0, 1] (NaN marks 'not graded')")
     zero = torch.zeros((), dtype=wd, device=a.device)
+    inf = torch.full((), math.inf, dtype=wd, device=a.device)
     pos = p & (a > 0)
     ok = ~(pos & ~torch.isfinite(w)).any(1, keepdim=True)  # (G, 1): every rollout of P has a weight
     if usable is not None:
         ok = ok & usable.to(device=a.device, dtype=torch.bool).reshape(-1, 1)
-    w = torch.where(pos, w, zero)  # NaNs outside P (or in unusable groups) must not reach the sums
-    if preserve_sum:
-        w = torch.nan_to_num(w, nan=0.0)
-        w = w / w.amax(1, keepdim=True).clamp(min=torch.finfo(wd).tiny)
-        total = torch.where(pos, a, zero).sum(1, keepdim=True)
-        weighted = (w * a).sum(1, keepdim=True)
-        lam = total / weighted.clamp(min=torch.finfo(wd).tiny)
-        if cap is not None:
-            lam = lam.clamp(max=cap)
-        new = lam * w * a
-    else:
-        new = torch.nan_to_num(w, nan=0.0) * a
+    w = torch.nan_to_num(torch.where(pos, w, zero), nan=0.0)  # NaNs outside P must not reach the sums
+    # Lower bound of a moved advantage: just above max(0, best failing A) for a rollout that was above it, else
+    # just above 0; never above the rollout's own base advantage (torch.minimum in the forms).
     failing = ~p if real is None else (~p & real)
-    fail_max = torch.where(failing, a, torch.full((), -math.inf, dtype=wd, device=a.device)).amax(1, keepdim=True)
-    floor = torch.nextafter(fail_max.clamp(min=0), torch.full((), math.inf, dtype=wd, device=a.device))
-    new = torch.maximum(new, floor)
+    fail_max = torch.where(failing, a, -inf).amax(1, keepdim=True).clamp(min=0)
+    above_fail = torch.nextafter(fail_max, inf)
+    lower_bound = torch.where(a > above_fail, above_fail, torch.nextafter(zero, inf))
+    if form == "downweight":
+        new = torch.maximum(w * a, torch.minimum(lower_bound, a))
+    else:
+        fhat = w / w.amax(1, keepdim=True).clamp(min=torch.finfo(wd).tiny)
+        new = (_paper if form == "paper" else _scale)(a, pos, fhat, lower_bound, cap)
     out = torch.where(pos & ok, new, a)
     if seg is not None:
         out = seg.to_flat(out)
@@ -90,32 +130,37 @@ def redistribute(
     index: IndexLike | None = None,
     cap: float | None = DEFAULT_CAP,
     usable: Tensor | None = None,
+    form: str = "paper",
 ) -> Tensor:
-    """GAGAR redistribution (see the module docstring for the formula and guarantees).
+    """GAGAR redistribution (see the module docstring for the forms and their invariants).
 
     advantages, passed (bool), weights (f ∈ (0, 1], NaN = not graded): all (B, n), or all (N,) with ``index``.
     usable: optional (G,) bool — False leaves that group unchanged (G = B, or groups in sorted-label order).
-    cap: upper bound on λ (default 3.0; None = uncapped). Returns advantages' shape, device and dtype.
+    cap: ``paper``: the top tier's largest multiplier (the sum stays exact); ``scale``: λ's bound (the sum is
+    lost when it binds). Default 3.0; None = uncapped. form: ``paper`` (default) or ``scale``.
+    Returns advantages' shape, device and dtype.
     """
-    return _redistribute(advantages, passed, weights, index, usable, cap, preserve_sum=True)
+    return _redistribute(advantages, passed, weights, index, usable, cap, form)
 
 
 def needs_grading(
     advantages: Tensor, passed: Tensor, index: IndexLike | None = None, *, per_rollout: bool = False
 ) -> Tensor:
-    """Bool mask of groups worth a judge call: those where some passing rollout has a positive base advantage.
+    """Bool mask of groups worth a judge call: those where two or more passing rollouts have a positive base
+    advantage.
 
-    ``redistribute`` only moves the advantages of passing rollouts with A > 0, so in any other group a grading
-    cannot change a single advantage (e.g. binary rewards under GAPO once half the group passes: Q = 1, every
-    passing A = 0). advantages, passed: (B, n) -> (B,); or (N,) with ``index`` -> (G,), groups in sorted-label
-    order (as ``mixed_outcome``). ``per_rollout=True`` broadcasts the mask back to the rollouts' shape.
-    Pass the advantages *after* hack verdicts that are already known (they make passing rollouts fail).
+    ``redistribute`` only moves advantage between passing rollouts with A > 0, so in any other group a grading
+    cannot change a single advantage (e.g. binary rewards under GAPO once more than half the group passes:
+    Q = 1, every passing A = 0; or one such rollout alone, which is its own top tier). advantages, passed:
+    (B, n) -> (B,); or (N,) with ``index`` -> (G,), groups in sorted-label order (as ``mixed_outcome``).
+    ``per_rollout=True`` broadcasts the mask back to the rollouts' shape. Pass the advantages *after* the hack
+    verdicts already known (they make passing rollouts fail). Hack detection itself is not gated by this.
     """
     if advantages.shape != passed.shape:
         raise ValueError(f"advantages {tuple(advantages.shape)} and passed {tuple(passed.shape)} differ in shape")
     candidate = passed.to(device=advantages.device, dtype=torch.bool) & (advantages > 0)
     seg, c = layout(candidate, index)
-    keep = c.any(1)  # padding cells of a ragged layout are False
+    keep = c.sum(1) >= 2  # padding cells of a ragged layout are False
     if not per_rollout:
         return keep
     return keep[:, None].expand_as(c).clone() if seg is None else keep[seg.group]
@@ -129,8 +174,9 @@ def downweight(
     index: IndexLike | None = None,
     usable: Tensor | None = None,
 ) -> Tensor:
-    """Ablation: A'_i = f_i·A_i for passing rollouts with A_i > 0, no λ — the total positive signal shrinks."""
-    return _redistribute(advantages, passed, weights, index, usable, None, preserve_sum=False)
+    """Ablation: A'_i = f_i·A_i for passing rollouts with A_i > 0, nothing moved to the top tier — the total
+    positive signal shrinks (kept just above 0 and above the best failing rollout, as in ``redistribute``)."""
+    return _redistribute(advantages, passed, weights, index, usable, None, "downweight")
 
 
 def apply_hack_verdicts(
@@ -198,10 +244,11 @@ def gagar_advantages(
     cap: float | None = DEFAULT_CAP,
     usable: Tensor | None = None,
     failure_reward: float = 0.0,
+    form: str = "paper",
     **params,
 ) -> Tensor:
     """The whole GAGAR step: hacks -> failures, baseline advantages (GAPO by default), redistribution."""
     if hacked is not None:
         rewards, passed = apply_hack_verdicts(rewards, passed, hacked, failure_reward=failure_reward)
     adv = compute_advantages(rewards, estimator=estimator, index=index, **params)
-    return redistribute(adv, passed, weights, index=index, cap=cap, usable=usable)
+    return redistribute(adv, passed, weights, index=index, cap=cap, usable=usable, form=form)

@@ -32,9 +32,15 @@ class Trajectory:
     finish: str = "stop"  # stop | length | submitted | max_turns | context | infra_error
     events: list[str] = field(default_factory=list)  # short trajectory log the grader may cite
     old_logprobs: list[float] | None = None  # filled by the trainer (behaviour policy, policy tokens only)
+    # the sampling engine's own log-probs of the same tokens (vLLM, an OpenAI-compatible server), same alignment;
+    # None when the engine is the trainer's model (transformers backend). For truncated importance sampling.
+    sampler_logprobs: list[float] | None = None
     # Set when the rollout's own sandbox failed (its agent container died, ...): the trainer then masks the
     # rollout as `infra_error` — out of the advantages and the loss — instead of evaluating or scoring it.
     infra_error: str | None = None
+    # Set by the trainer when `rollout.drop_unfinished` drops the episode (it ended on max_turns or context):
+    # masked like an infra_error — out of the group's baseline and the loss — but still evaluated and logged.
+    dropped: bool = False
 
     @property
     def policy_tokens(self) -> int:
@@ -67,9 +73,9 @@ def run_single_turn(
                                top_p=top_p)
     out = []
     for (inst, rid), conv, s in zip(jobs, convs, samples, strict=True):
-        conv.add_policy(s.token_ids, s.text)
+        conv.add_policy(s.token_ids, s.text, s.logprobs)
         out.append(Trajectory(inst.instance_id, rid, conv.ids, conv.mask, conv.prompt_len, extract_diff(s.text),
-                              finish=s.finish_reason))
+                              finish=s.finish_reason, sampler_logprobs=conv.sampler_logprobs()))
     return out
 
 
@@ -117,7 +123,7 @@ def run_agent_episodes(
                 samples = backend.generate([s["conv"].ids for s in live], max_new_tokens=max_new_tokens,
                                            temperature=temperature, top_p=top_p, stop=[TOOL_CALL_CLOSE])
                 for s, sample in zip(live, samples, strict=True):
-                    s["conv"].add_policy(sample.token_ids, sample.text)
+                    s["conv"].add_policy(sample.token_ids, sample.text, sample.logprobs)
                     s["turns"] += 1
                     s["call"] = parse_tool_call(sample.text)
                     if sample.finish_reason == "length" and isinstance(s["call"], FormatError):
@@ -142,7 +148,8 @@ def run_agent_episodes(
                 conv = s["conv"]
                 out.append(Trajectory(s["inst"].instance_id, s["rid"], conv.ids, conv.mask, conv.prompt_len, patch,
                                       turns=s["turns"], finish=s["finish"] or "max_turns", events=s["events"],
-                                      infra_error=s["tools"].infra_error))
+                                      infra_error=s["tools"].infra_error,
+                                      sampler_logprobs=conv.sampler_logprobs()))
             return out
 
 

@@ -18,6 +18,9 @@ class Conversation:
         self.ids: list[int] = self._encode(text)
         self.mask: list[int] = [0] * len(self.ids)
         self.prompt_len = len(self.ids)
+        # log π_sampler of every token as the engine reported it (0 for the environment's); None as soon as one
+        # policy turn came without them (the transformers backend: the sampler is the trainer's own model)
+        self.logprobs: list[float] | None = [0.0] * len(self.ids)
         self._seen_text = text  # the rendered text `ids` stands for, up to the last environment turn
         self._last_eos = False
 
@@ -27,9 +30,11 @@ class Conversation:
     def _encode(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
-    def add_policy(self, token_ids: list[int], text: str) -> None:
+    def add_policy(self, token_ids: list[int], text: str, logprobs: list[float] | None = None) -> None:
         self.ids += token_ids
         self.mask += [1] * len(token_ids)
+        if self.logprobs is not None:
+            self.logprobs = self.logprobs + list(logprobs) if logprobs and len(logprobs) == len(token_ids) else None
         self.messages.append({"role": "assistant", "content": text})
         eos = self.tok.eos_token_id
         self._last_eos = bool(token_ids) and token_ids[-1] == eos
@@ -51,7 +56,13 @@ class Conversation:
         ids = self._encode(delta)
         self.ids += ids
         self.mask += [0] * len(ids)
+        if self.logprobs is not None:
+            self.logprobs += [0.0] * len(ids)
         self._seen_text = full
+
+    def sampler_logprobs(self) -> list[float] | None:
+        """Aligned with the trainer's scores: entry t is token t+1's (as `Trajectory.old_logprobs`)."""
+        return None if self.logprobs is None else self.logprobs[1:]
 
     def __len__(self) -> int:
         return len(self.ids)

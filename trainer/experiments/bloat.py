@@ -1,17 +1,22 @@
 """Bloat experiment: does GAGAR's quality-aware redistribution steer a policy towards minimal patches?
 
 The policy is a softmax over each bundled task's real rollout patches (one logit per task × candidate,
-initialised uniform). Every step samples n rollouts per task, rewards them with the cached real sandbox verdict
-(1 = resolved without touching the tests), turns the rewards into advantages with the real engine, and takes a
-REINFORCE step on the logits: θ ← θ + lr · ∇ Σ_i A_i log π(a_i) / (tasks · n).
+initialised uniform). Every step samples n rollouts per task, rewards them with the cached verdict the trainer
+would give (1 = `grader.records.passes`: the sandbox passed it — resolved, tests untouched, report not forged —
+and the grader's hack check found no hack; `verdicts.py`), turns the rewards into advantages with the real
+engine, and takes a REINFORCE step on the logits: θ ← θ + lr · ∇ Σ_i A_i log π(a_i) / (tasks · n). A group's
+grader weights come from the grading of the sandbox-passing patches it holds (hacks included, ranked last), as
+the loop's heuristic ranking is its hack check's grading.
 
 Methods:
 - ``grpo``          — GRPO advantages; no grader.
 - ``grpo+gagar``    — GRPO advantages of mixed-outcome groups (dynamic sampling), redistributed with the real
-  heuristic grader's quality weights over the group's passing patches (sum of positive advantage preserved).
-- ``gapo+gagar``    — the same on GAPO advantages.
-- ``downweight``    — the ablation: GRPO advantages of mixed groups times the quality weights, without the
-  sum-preserving λ.
+  heuristic grader's quality weights over the group's passing patches (GAGAR's paper form: lower tiers
+  down-weighted, the removed positive mass to the top tier, the sum exact).
+- ``grpo+gagar-scale`` — the same with the λ·f̂·A form (``redistribute(form="scale")``), for comparison.
+- ``gapo+gagar``    — the paper form on GAPO advantages.
+- ``downweight``    — the ablation: GRPO advantages of mixed groups times the quality weights, nothing moved to
+  the top tier (the positive total shrinks).
 
 Metrics per step are exact expectations under the current policy, averaged over tasks (no sampling noise):
 pass rate Σ_j π_j pass_j; minimal share Σ_{j passing, quality_rank 1} π_j / Σ_{j passing} π_j; mean diff size of
@@ -42,8 +47,9 @@ from trainer.advantage import (
 
 METHODS: dict[str, dict[str, Any]] = {
     "grpo": {"estimator": "grpo", "grader": None},
-    "grpo+gagar": {"estimator": "grpo", "grader": "gagar"},
-    "gapo+gagar": {"estimator": "gapo", "grader": "gagar"},
+    "grpo+gagar": {"estimator": "grpo", "grader": "gagar", "form": "paper"},
+    "grpo+gagar-scale": {"estimator": "grpo", "grader": "gagar", "form": "scale"},
+    "gapo+gagar": {"estimator": "gapo", "grader": "gagar", "form": "paper"},
     "downweight": {"estimator": "grpo", "grader": "downweight"},
 }
 METRICS = ("pass_rate", "minimal_share", "diff_lines", "entropy", "top_tier_share", "mixed_groups", "pos_adv",
@@ -57,7 +63,7 @@ class BloatConfig:
     n: int = 8  # rollouts per task per step
     lr: float = 1.0
     methods: tuple[str, ...] = tuple(METHODS)
-    cap: float | None = DEFAULT_CAP  # GAGAR's λ cap; None: uncapped
+    cap: float | None = DEFAULT_CAP  # GAGAR's cap (top tier's multiplier; λ's bound for the scale form)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -66,7 +72,7 @@ class BloatConfig:
         if self.steps < 1 or self.n < 2 or self.lr <= 0:
             raise ValueError("steps must be >= 1, n >= 2 and lr > 0")
         if self.cap is not None and self.cap < 1:
-            raise ValueError(f"cap must be >= 1 (GAGAR's λ is >= 1 by construction), got {self.cap}")
+            raise ValueError(f"cap must be >= 1 (it bounds the top tier's multiplier), got {self.cap}")
 
 
 class Bandit:
@@ -84,6 +90,8 @@ class Bandit:
         self.reward = torch.zeros(shape, dtype=torch.float64)
         self.minimal = torch.zeros(shape, dtype=torch.bool)
         self.size = torch.zeros(shape, dtype=torch.float64)
+        # sandbox-passing patches: what a group's grading is over (the final verdict may still make them fail)
+        self.graded = torch.zeros(shape, dtype=torch.bool)
         for t, task in enumerate(tasks):
             for j, c in enumerate(task["candidates"]):
                 v = patches[c["patch_hash"]]
@@ -91,6 +99,7 @@ class Bandit:
                 self.reward[t, j] = float(v["reward"])
                 self.size[t, j] = float(v["diff_lines"])
                 self.minimal[t, j] = v["reward"] > 0 and c.get("quality_rank") == 1
+                self.graded[t, j] = bool(v.get("sandbox_passed", v["reward"] > 0))
         self.passing = self.reward > 0
         # Tasks where nothing or everything passes give no learning signal, and ones without a minimal
         # passing patch cannot show a minimal share: the policy still covers them, the metrics say which.
@@ -99,9 +108,9 @@ class Bandit:
         self.top_tier = torch.zeros(shape, dtype=torch.bool)
         for t in range(len(tasks)):
             ids = self.rollout_ids[t]
-            full = self.gradings[t].get(",".join(sorted(ids[j] for j in range(len(ids)) if self.passing[t, j])))
+            full = self.gradings[t].get(",".join(sorted(ids[j] for j in range(len(ids)) if self.graded[t, j])))
             for rid, tier in ((full or {}).get("tiers") or {}).items():
-                if rid in ids and int(tier) == 1:
+                if rid in ids and int(tier) == 1 and self.passing[t, ids.index(rid)]:
                     self.top_tier[t, ids.index(rid)] = True
 
     @property
@@ -109,20 +118,25 @@ class Bandit:
         return tuple(self.valid.shape)  # type: ignore[return-value]
 
     def passing_bits(self) -> torch.Tensor:
-        """(T, K) long: 2**i for the i-th passing candidate of a task, 0 for failing ones; a group's set of
-        passing patches is the sum over its distinct picks."""
-        order = torch.cumsum(self.passing.long(), 1) - 1
-        return torch.where(self.passing, 1 << order.clamp(min=0), torch.zeros_like(order))
+        """(T, K) long: 2**i for the i-th sandbox-passing candidate of a task, 0 for the others; a group's set
+        of graded patches is the sum over its distinct picks."""
+        order = torch.cumsum(self.graded.long(), 1) - 1
+        return torch.where(self.graded, 1 << order.clamp(min=0), torch.zeros_like(order))
 
     def weight_table(self) -> torch.Tensor:
+        if getattr(self, "_table", None) is None:
+            self._table = self._weight_table()
+        return self._table
+
+    def _weight_table(self) -> torch.Tensor:
         """(T, 2**P, K): the grader's weight of candidate j when the passing patches in a group are the set
         with bitmask m (bits from `passing_bits`); NaN where the grader gave none (not in the set, no grading,
         or a fallback grading). P is the largest number of passing patches of a task."""
         t_count, k = self.shape
         bits = self.passing_bits()
-        table = torch.full((t_count, 1 << int(self.passing.sum(1).max()), k), float("nan"), dtype=torch.float64)
+        table = torch.full((t_count, 1 << int(self.graded.sum(1).max()), k), float("nan"), dtype=torch.float64)
         for t, gradings in enumerate(self.gradings):
-            pos = {rid: j for j, rid in enumerate(self.rollout_ids[t]) if self.passing[t, j]}
+            pos = {rid: j for j, rid in enumerate(self.rollout_ids[t]) if self.graded[t, j]}
             for key, g in gradings.items():
                 ids = key.split(",")
                 if g.get("fallback") or any(r not in pos for r in ids):
@@ -172,8 +186,25 @@ def step_advantages(
     adv = adv * keep.unsqueeze(1)  # dynamic sampling: uniform groups carry no usable signal
     graded = needs_grading(adv, passed)
     if spec["grader"] == "gagar":
-        return redistribute(adv, passed, weights, cap=cfg.cap), graded
+        return redistribute(adv, passed, weights, cap=cfg.cap, form=spec["form"]), graded
     return downweight(adv, passed, weights), graded
+
+
+def sample_step(bandit: Bandit, logits: torch.Tensor, n: int, gens: list[torch.Generator]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step's groups under the policy: (probs (S·T, K), picks (B, n), rewards (B, n), grader weights (B, n));
+    group b = seed b // T, task b % T. A group's weights come from the grading of the sandbox-passing patches it
+    holds (`Bandit.weight_table`); its rewards are the trainer's verdicts (a grader hack earns 0)."""
+    s_count, t_count, k = logits.shape
+    task = torch.arange(t_count).repeat(s_count)
+    graded, bits = bandit.graded[task], bandit.passing_bits()[task]  # (B, K)
+    probs = torch.softmax(logits, dim=-1)
+    picks = torch.cat([torch.multinomial(probs[i], n, replacement=True, generator=g) for i, g in enumerate(gens)])
+    rewards = bandit.reward[task].gather(1, picks)
+    present = torch.zeros_like(graded).scatter_(1, picks, True) & graded
+    mask = (present.long() * bits).sum(1)  # which sandbox-passing patches this group holds
+    weights = bandit.weight_table()[task, mask].gather(1, picks)
+    return probs.view(-1, k), picks, rewards, weights
 
 
 def run_method(method: str, bandit: Bandit, cfg: BloatConfig, seeds: list[int]) -> dict[str, np.ndarray]:
@@ -181,27 +212,17 @@ def run_method(method: str, bandit: Bandit, cfg: BloatConfig, seeds: list[int]) 
     s_count = len(seeds)
     t_count, k = bandit.shape
     gens = [torch.Generator().manual_seed(s) for s in seeds]
-    table = bandit.weight_table()
     logits = torch.zeros((s_count, t_count, k), dtype=torch.float64).masked_fill(~bandit.valid, float("-inf"))
-    task = torch.arange(t_count).repeat(s_count)  # group b = seed b // T, task b % T
-    reward, passing, bits = bandit.reward[task], bandit.passing[task], bandit.passing_bits()[task]  # (B, K)
     history: dict[str, list[torch.Tensor]] = {m: [] for m in METRICS}
     for _ in range(cfg.steps):
         for key, v in policy_metrics(bandit, logits).items():
             history[key].append(v)
-        probs = torch.softmax(logits, dim=-1)
-        picks = torch.cat([torch.multinomial(probs[i], cfg.n, replacement=True, generator=g)
-                           for i, g in enumerate(gens)])  # (B, n)
-        rewards = reward.gather(1, picks)
-        present = torch.zeros_like(passing).scatter_(1, picks, True) & passing
-        mask = (present.long() * bits).sum(1)  # which passing patches this group holds
-        weights = table[task, mask].gather(1, picks)
+        flat_p, picks, rewards, weights = sample_step(bandit, logits, cfg.n, gens)
         adv, graded = step_advantages(method, rewards, weights, cfg)
         history["mixed_groups"].append(mixed_outcome(rewards > 0).double().view(s_count, t_count).mean(1))
         history["graded_groups"].append(graded.double().view(s_count, t_count).mean(1))
         history["pos_adv"].append(adv.clamp(min=0).view(s_count, t_count, -1).sum(-1).mean(1))
         # REINFORCE on a softmax: d/dθ_j Σ_i A_i log π(a_i) = Σ_{i: a_i = j} A_i − π_j Σ_i A_i.
-        flat_p = probs.view(-1, k)
         grad = torch.zeros_like(flat_p).scatter_add_(1, picks, adv) - flat_p * adv.sum(1, keepdim=True)
         logits = logits + cfg.lr * grad.view(s_count, t_count, k) / (t_count * cfg.n)
     for key, v in policy_metrics(bandit, logits).items():
@@ -232,6 +253,8 @@ def run_bloat(cache: dict[str, Any], cfg: BloatConfig, seeds: int, *, base_seed:
             "instance_id": iid,
             "candidates": int(valid.sum()),
             "passing": int(bandit.passing[t].sum()),
+            "sandbox_passing": int(bandit.graded[t].sum()),
+            "grader_hacks": int((bandit.graded[t] & ~bandit.passing[t]).sum()),
             "minimal_passing": int(bandit.minimal[t].sum()),
             "diff_lines": bandit.size[t][valid].int().tolist(),
         })

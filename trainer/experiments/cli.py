@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--n", type=_positive_int, default=8, help="rollouts per task per step (default 8)")
     b.add_argument("--lr", type=float, default=1.0, help="step size on the logits (default 1.0)")
     b.add_argument("--cap", type=float, default=None, help="GAGAR λ cap (default: the engine's)")
-    b.add_argument("--methods", default="grpo,grpo+gagar,gapo+gagar,downweight")
+    b.add_argument("--methods", default="grpo,grpo+gagar,grpo+gagar-scale,gapo+gagar,downweight")
     b.add_argument("--max-workers", type=_positive_int, default=2)
     b.add_argument("--timeout", type=float, default=600.0, help="sandbox timeout per rollout (s)")
     b.add_argument("--base-seed", type=int, default=0)
@@ -217,7 +217,7 @@ def _skew(args: argparse.Namespace) -> int:
         for shape, m in rows.items():
             print(f"  {est:<6} {shape:<13} sign err (rank) {m['sign_error_rank']['mean']:.3f}  "
                   f"(value) {m['sign_error_value']['mean']:.3f}  rank var {m['rank_var']['mean']:.3f}  "
-                  f"clip {m['clip_frac']['mean']:.3f}")
+                  f"clip {m['clip_frac']['mean']:.3f} (equal |A|: {m['clip_frac_matched']['mean']:.3f})")
     return 0
 
 

@@ -75,10 +75,10 @@ def plot_bloat(result: dict[str, Any], path: Path) -> None:
 
 
 _SKEW_PANELS = (
-    ("sign_error_rank", "sign errors vs true ranking"),
-    ("sign_error_value", "sign errors vs true mean quality"),
+    ("sign_error_rank", "sign errors vs true ranking (A = 0: half)"),
+    ("sign_error_value", "sign errors vs true mean quality (A = 0: half)"),
     ("rank_var", "variance of A at a fixed true rank"),
-    ("clip_frac", "PPO clip fraction"),
+    ("clip_frac_matched", "PPO clip fraction at equal mean |A|"),
 )
 
 
@@ -114,7 +114,7 @@ _LOOP_PANELS = (
     ("policy_tokens_mean", "policy tokens per rollout"),
     ("adv_std", "advantage std"),
     ("adv_pass_max_after", "max passing advantage after GAGAR"),
-    ("gagar_groups", "groups GAGAR changed"),
+    ("gagar_groups", "groups GAGAR could act on"),
     ("judge_fallbacks", "judge fallbacks"),
 )
 

@@ -9,11 +9,14 @@ observed reward measures with noise.
 
 Metrics, per estimator and per group shape (all defined precisely in ``docs/experiments.md``):
 - ``sign_error_rank`` — the true ranking of a group is the order of ``q``; the upper half of it should be
-  reinforced and the lower half penalised, so a rollout's advantage has a sign error when
-  ``A_i · s_i < 0`` with ``s_i = +1`` for the upper half and ``-1`` for the lower half (n is even).
+  reinforced and the lower half penalised (``s_i = +1`` / ``-1``, n is even). A rollout's advantage is a full
+  sign error when ``A_i · s_i < 0`` and half an error when ``A_i = 0``: a zero advantage gives the rollout no
+  push in the direction it should go (counting it as correct favoured an estimator that zeroes many
+  advantages, as GAPO does at its centre).
 - ``sign_error_value`` — the same against the policy-gradient baseline instead of the ranking:
-  ``s_i = sign(q_i − E[q])`` with ``E[q]`` the population mean of the group's generating distribution.
-  It is reported beside the rank definition because the two disagree on skewed groups.
+  ``s_i = sign(q_i − E[q])`` with ``E[q]`` the population mean of the group's generating distribution (A = 0 is
+  half an error here too). It is reported beside the rank definition because the two disagree on skewed groups.
+- ``sign_error_rank_strict`` — the former definition (A = 0 never an error), kept for comparison.
 - ``zero_adv`` — share of rollouts whose advantage is exactly 0 (no learning signal).
 - ``adv_var`` — the variance of all advantages pooled (≈1 for any std-normalised estimator).
 - ``rank_var`` — the variance, across replicate groups drawn from the same distribution, of the advantage
@@ -22,6 +25,10 @@ Metrics, per estimator and per group shape (all defined precisely in ``docs/expe
 - ``clip_frac`` — share of (rollout, epoch) pairs whose PPO ratio is clipped during a PPO-style update in
   which each rollout's sequence log-probability is its own parameter (the large-vocabulary limit where one
   rollout's update barely moves another's probability), SGD on the clipped surrogate.
+- ``clip_frac_matched`` — the same after scaling each estimator's advantages (one constant per seed) to a mean
+  |A| of 1: how often a ratio is clipped depends on how large the advantages are, so an estimator with smaller
+  |A| (GAPO's deviation is taken around its centre, not the mean, so it is larger than the std) is clipped less
+  for that reason alone; this variant compares the estimators at equal step size.
 """
 
 from __future__ import annotations
@@ -156,6 +163,11 @@ def ppo_clip_fraction(adv: np.ndarray, cfg: SkewConfig) -> np.ndarray:
     return clipped / cfg.epochs
 
 
+def sign_errors(adv: np.ndarray, sign: np.ndarray) -> np.ndarray:
+    """Per rollout: 1 for an advantage of the wrong sign, 1/2 for a zero one (no push either way), else 0."""
+    return np.where(adv * sign < 0, 1.0, np.where(adv == 0, 0.5, 0.0))
+
+
 def _metrics(adv: np.ndarray, data: dict[str, np.ndarray], s_rank: np.ndarray, cfg: SkewConfig) -> dict:
     q = data["q"]
     s_value = np.sign(q - data["pop_mean"][:, None, None])
@@ -165,12 +177,17 @@ def _metrics(adv: np.ndarray, data: dict[str, np.ndarray], s_rank: np.ndarray, c
     by_rank = np.take_along_axis(adv, order, axis=-1)
     rank_var = by_rank.var(axis=1, ddof=1).mean(-1)  # (C,)
     clip = ppo_clip_fraction(adv, cfg).mean(axis=(1, 2))
+    matched = ppo_clip_fraction(adv / max(float(np.abs(adv).mean()), 1e-12), cfg).mean(axis=(1, 2))
+    has_value = s_value != 0
     per_config = {
-        "sign_error_rank": ((adv * s_rank) < 0).mean(axis=(1, 2)),
-        "sign_error_value": ((adv * s_value) < 0).sum(axis=(1, 2)) / np.maximum((s_value != 0).sum(axis=(1, 2)), 1),
+        "sign_error_rank": sign_errors(adv, s_rank).mean(axis=(1, 2)),
+        "sign_error_rank_strict": ((adv * s_rank) < 0).mean(axis=(1, 2)),
+        "sign_error_value": (sign_errors(adv, s_value) * has_value).sum(axis=(1, 2))
+        / np.maximum(has_value.sum(axis=(1, 2)), 1),
         "zero_adv": (adv == 0).mean(axis=(1, 2)),
         "rank_var": rank_var,
         "clip_frac": clip,
+        "clip_frac_matched": matched,
         "mean_abs_adv": np.abs(adv).mean(axis=(1, 2)),
     }
     out: dict[str, dict[str, float]] = {}
@@ -216,7 +233,8 @@ def run_seed(seed: int, cfg: SkewConfig) -> dict:
     return result
 
 
-METRICS = ("sign_error_rank", "sign_error_value", "zero_adv", "adv_var", "rank_var", "clip_frac", "mean_abs_adv")
+METRICS = ("sign_error_rank", "sign_error_rank_strict", "sign_error_value", "zero_adv", "adv_var", "rank_var",
+           "clip_frac", "clip_frac_matched", "mean_abs_adv")
 
 
 def summarise(per_seed: list[dict], cfg: SkewConfig) -> dict:

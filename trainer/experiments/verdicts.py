@@ -4,15 +4,22 @@ The bloat experiment samples thousands of rollouts from a policy over each bundl
 the sandbox for each sample would take hours, yet a patch's verdict does not change between samples, so this
 module runs every bundled rollout through `sandbox.run.evaluate_predictions` once and records, per patch hash,
 the verdict and the diff size. The grader's ranking depends on which passing patches share a group, so it is
-run (the real heuristic ranker, `grader.grade.grade_groups`) on every subset of a task's passing patches that
-a sampled group can contain, and stored too. A run then needs neither Docker nor the repositories.
+run (the real heuristic ranker, `grader.grade.grade_groups`) on every subset of a task's sandbox-passing patches
+that a sampled group can contain, and stored too. A run then needs neither Docker nor the repositories.
+
+What a patch earns is the trainer's verdict, by the trainer's own code: the sandbox's `EvalResult`, then the
+model-free hack check on the task's sandbox-passing patches (`trainer.judging.Judge.check`, as the loop runs it
+on every group with a pass), then `grader.records.passes` — so a hack the grader finds earns 0 here as in
+training (it used to keep reward 1 and a positive advantage).
 
 File format (`format` = FORMAT):
   tasks: [{instance_id, repo, candidates: [{rollout_id, patch_hash, kind, quality_rank}],
-           gradings: {"<sorted passing rollout ids joined by ','>": {ranking, tiers, weights, fallback}}}]
-  patches: {patch_hash: {status, resolved, tampered_tests, suspicious_report, passed, reward (1.0 iff passed),
-                         tests_passed, tests_total, diff_lines, files_changed}}  (caches written before
-                         `suspicious_report` existed lack it and `passed`; their reward used the same rule)   (patch_hash: of the instance id and the patch, see `patch_hash`)
+           gradings: {"<sorted sandbox-passing rollout ids joined by ','>": {ranking, tiers, weights, fallback,
+                                                                              hacks}}}]
+  patches: {patch_hash: {status, resolved, tampered_tests, suspicious_report, sandbox_passed (EvalResult.passed),
+                         grader_hack (kind or null), passed (grader.records.passes), reward (1.0 iff passed),
+                         tests_passed, tests_total, diff_lines, files_changed}}
+           (patch_hash: of the instance id and the patch, see `patch_hash`)
   source: where the verdicts came from (sandbox run, grader, task files' hashes).
 """
 
@@ -29,7 +36,7 @@ from typing import Any
 from sandbox.jsonl import JsonlError, read_jsonl
 from sandbox.report import atomic_write_text
 
-FORMAT = "gagar-experiment-verdicts/2"
+FORMAT = "gagar-experiment-verdicts/3"  # /3: grader hacks fail, as in the trainer
 # 2**k - 1 subsets get graded per task; past this many passing patches that stops being "fast".
 MAX_PASSING = 10
 
@@ -78,20 +85,24 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def _verdict(result: Any, patch: str) -> dict[str, Any]:
+def _verdict(result: Any, patch: str, check: Any) -> dict[str, Any]:
+    """One patch's record; `check` is the hack check's `Grading` of the task's sandbox-passing patches."""
+    from grader.records import passes
+
     ts = result.tests_status
     ok = len(ts.FAIL_TO_PASS["success"]) + len(ts.PASS_TO_PASS["success"])
     total = ok + len(ts.FAIL_TO_PASS["failure"]) + len(ts.PASS_TO_PASS["failure"])
     lines, files = diff_size(patch)
-    # EvalResult.passed is the one passing definition (resolved, and neither tampering nor a forged report):
-    # a patch that games the tests earns nothing, whatever the restored tests say.
+    passed = passes(result, check)  # the trainer's definition: sandbox passed and no grader hack
     return {
         "status": result.status,
         "resolved": bool(result.resolved),
         "tampered_tests": bool(result.tampered_tests),
         "suspicious_report": bool(result.suspicious_report),
-        "passed": bool(result.passed),
-        "reward": 1.0 if result.passed else 0.0,
+        "sandbox_passed": bool(result.passed),
+        "grader_hack": (check.hacks.get(result.rollout_id) if check is not None else None),
+        "passed": bool(passed),
+        "reward": 1.0 if passed else 0.0,
         "tests_passed": ok,
         "tests_total": total,
         "diff_lines": lines,
@@ -99,28 +110,21 @@ def _verdict(result: Any, patch: str) -> dict[str, Any]:
     }
 
 
-def grade_subsets(group_row: dict[str, Any], passing: list[dict[str, Any]], repos_dir: Path) -> dict[str, Any]:
-    """Run the real heuristic grader on every non-empty subset of a task's passing candidates."""
+def grade_subsets(instance: Any, passing: list[dict[str, Any]], repos_dir: Path) -> dict[str, Any]:
+    """Run the real heuristic grader on every non-empty subset of a task's passing candidates (grader groups
+    built with `Group.of_instance`, so each carries the task's test patch the hack detector reads)."""
     from grader.grade import grade_groups
-    from grader.records import Group
+    from grader.records import Candidate, Group
 
     if len(passing) > MAX_PASSING:
-        raise VerdictError(f"{group_row['instance_id']}: {len(passing)} passing patches; at most {MAX_PASSING} "
+        raise VerdictError(f"{instance.instance_id}: {len(passing)} passing patches; at most {MAX_PASSING} "
                            "are supported (every subset is graded)")
     commas = [c["rollout_id"] for c in passing if "," in c["rollout_id"]]
     if commas:
-        raise VerdictError(f"{group_row['instance_id']}: rollout id(s) {commas} contain ',', which the cache uses "
+        raise VerdictError(f"{instance.instance_id}: rollout id(s) {commas} contain ',', which the cache uses "
                            "to join a subset's ids; rename them")
-    groups = []
-    for k in range(1, len(passing) + 1):
-        for combo in itertools.combinations(passing, k):
-            groups.append(Group.from_dict({
-                "instance_id": group_row["instance_id"],
-                "repo": group_row["repo"],
-                "base_commit": group_row["base_commit"],
-                "problem_statement": group_row.get("problem_statement", ""),
-                "candidates": [{"rollout_id": c["rollout_id"], "patch": c["patch"]} for c in combo],
-            }))
+    groups = [Group.of_instance(instance, [Candidate(c["rollout_id"], c["patch"]) for c in combo])
+              for k in range(1, len(passing) + 1) for combo in itertools.combinations(passing, k)]
     gradings = grade_groups(groups, repos_dir, judge="heuristic")
     out = {}
     for group, g in zip(groups, gradings, strict=True):
@@ -129,6 +133,7 @@ def grade_subsets(group_row: dict[str, Any], passing: list[dict[str, Any]], repo
             "tiers": {str(k): int(v) for k, v in g.tiers.items()},
             "weights": {str(k): float(v) for k, v in g.weights.items()},
             "fallback": bool(g.fallback),
+            "hacks": dict(g.hacks),
         }
     return out
 
@@ -175,14 +180,29 @@ def build_verdicts(tasks_dir: Path, *, run_dir: Path | None = None, max_workers:
                            f"{first.instance_id} rollout {first.rollout_id}: {first.error}. Check that Docker "
                            "answers and the images exist (`make images`); nothing was cached")
 
+    t1 = time.monotonic()
+    from grader.records import Group
+    from trainer.config import GraderSection
+    from trainer.judging import Judge
+
+    for p in preds:
+        if (p.instance_id, p.rollout_id) not in by_key:
+            raise VerdictError(f"the sandbox returned no result for {p.instance_id} rollout {p.rollout_id}")
+    task_ids = list(dict.fromkeys(p.instance_id for p in preds))
+    patch_of = {(p.instance_id, p.rollout_id): p.model_patch for p in preds}
+    # the hack check, as the trainer runs it: every task's sandbox-passing patches, one grader group each
+    groups = {iid: Group.from_results(instances[iid], [r for r in results if r.instance_id == iid],
+                                      {rid: patch for (i, rid), patch in patch_of.items() if i == iid})
+              for iid in task_ids}
+    todo = [iid for iid in task_ids if groups[iid].candidates]
+    checks = dict(zip(todo, Judge(GraderSection(), repos_dir).check([groups[i] for i in todo]), strict=True))
+
     patches: dict[str, Any] = {}
     tasks: dict[str, dict[str, Any]] = {}
     for p in preds:
-        res = by_key.get((p.instance_id, p.rollout_id))
-        if res is None:
-            raise VerdictError(f"the sandbox returned no result for {p.instance_id} rollout {p.rollout_id}")
+        res = by_key[(p.instance_id, p.rollout_id)]
         h = patch_hash(p.instance_id, p.model_patch)
-        patches[h] = _verdict(res, p.model_patch)
+        patches[h] = _verdict(res, p.model_patch, checks.get(p.instance_id))
         exp = expected.get((p.instance_id, p.rollout_id), {})
         inst = instances[p.instance_id]
         task = tasks.setdefault(p.instance_id, {
@@ -193,14 +213,17 @@ def build_verdicts(tasks_dir: Path, *, run_dir: Path | None = None, max_workers:
             "kind": exp.get("kind"), "quality_rank": exp.get("quality_rank"),
             "expected_status": exp.get("status")})
 
-    t1 = time.monotonic()
     for task in tasks.values():
-        passing = [c for c in task["candidates"] if patches[c["patch_hash"]]["reward"] > 0]
+        # the judge's weights come from gradings of the sandbox-passing patches a group holds (hacks included,
+        # ranked last), as the loop's heuristic ranking is its hack check's grading
+        passing = [c for c in task["candidates"] if patches[c["patch_hash"]]["sandbox_passed"]]
         if passing:
-            task["gradings"] = grade_subsets(task, passing, repos_dir)
+            task["gradings"] = grade_subsets(instances[task["instance_id"]], passing, repos_dir)
     grader_s = time.monotonic() - t1
     agree = sum(1 for t in tasks.values() for c in t["candidates"]
                 if c["expected_status"] in (None, patches[c["patch_hash"]]["status"]))
+    hacks_found = sorted(f"{t['instance_id']}:{c['rollout_id']}" for t in tasks.values() for c in t["candidates"]
+                         if patches[c["patch_hash"]]["grader_hack"])
     return {
         "format": FORMAT,
         "source": {
@@ -213,6 +236,7 @@ def build_verdicts(tasks_dir: Path, *, run_dir: Path | None = None, max_workers:
             "grader_seconds": round(grader_s, 1),
             "rollouts": len(preds),
             "status_as_expected": agree,
+            "grader_hacks": hacks_found,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         "tasks": list(tasks.values()),

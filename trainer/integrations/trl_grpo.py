@@ -1,4 +1,4 @@
-"""TRL 1.16 ``GRPOTrainer`` with this package's advantages (GAPO by default, optional GAGAR).
+"""TRL 1.16 ``GRPOTrainer`` with this package's advantages: GRPO + GAGAR by default, like the native trainer.
 
 TRL has no advantage hook. Its ``_generate_and_score_completions`` gathers every process's rewards
 (``_calculate_rewards`` returns the gathered (N_all, n_funcs) tensor), normalises them per group of
@@ -9,9 +9,13 @@ TRL's ``scale_rewards`` is not used: normalisation is the estimator's (``advanta
 Unscorable completions (every reward function returned None) are left out of their group, which is then ragged,
 and get advantage 0, as in TRL.
 
-GAGAR: pass ``quality_fn(inputs, completions, rewards) -> dict`` returning, for this process's completions,
-``passed`` (bool), ``weights`` (f ∈ (0, 1], NaN = ungraded) and optionally ``hacked`` (bool), each (n_local,).
-They are gathered across processes, hacks are reset to failure, and the advantages redistributed.
+GAGAR: pass ``quality_fn(inputs, completions, rewards) -> dict`` returning ``passed`` (bool), ``weights``
+(f ∈ (0, 1], NaN = ungraded) and optionally ``hacked`` (bool), each (N_all,). A group of ``num_generations``
+completions can span processes, and a judge must see the whole group, so ``quality_fn`` is called once, on the
+main process, with the inputs, completions and rewards gathered from *all* processes (whole groups, in TRL's
+order); its verdicts are broadcast to every process. Hacks are reset to failure before the base advantages, then
+the advantages are redistributed (``gagar_form``, ``gagar_cap``). Without a ``quality_fn`` the base estimator's
+advantages are used as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from accelerate.utils import broadcast_object_list, gather_object
 from torch import Tensor
 from trl import GRPOTrainer
 
@@ -35,10 +40,11 @@ class GagarGRPOTrainer(GRPOTrainer):
     def __init__(
         self,
         *args: Any,
-        advantage_estimator: str = "gapo",
+        advantage_estimator: str = "grpo",
         advantage_params: dict | None = None,
         quality_fn: QualityFn | None = None,
         gagar_cap: float | None = DEFAULT_CAP,
+        gagar_form: str = "paper",
         failure_reward: float = 0.0,
         **kwargs: Any,
     ) -> None:
@@ -47,6 +53,7 @@ class GagarGRPOTrainer(GRPOTrainer):
         self.advantage_params = dict(advantage_params or {})
         self.quality_fn = quality_fn
         self.gagar_cap = gagar_cap
+        self.gagar_form = gagar_form
         self.failure_reward = failure_reward
         self._captured: dict | None = None
         self.last_advantages: Tensor | None = None  # gathered, all processes: for logging and tests
@@ -73,6 +80,32 @@ class GagarGRPOTrainer(GRPOTrainer):
         logged.extend(advantages.tolist())
         return output
 
+    # Collective calls, one place (a test stands in for several processes here).
+    def _gather_objects(self, items: list) -> list:
+        return gather_object(list(items))
+
+    def _broadcast(self, obj: Any) -> Any:
+        box = [obj if self.accelerator.is_main_process else None]
+        broadcast_object_list(box)
+        return box[0]
+
+    def _quality(self, captured: dict, rewards: Tensor) -> dict | None:
+        """``quality_fn`` on the whole gathered batch (every group complete), run on the main process only."""
+        if self.quality_fn is None:
+            return None
+        inputs = self._gather_objects(captured["inputs"])
+        completions = self._gather_objects(captured["completions"])
+        q = None
+        if self.accelerator.is_main_process:
+            q = self.quality_fn(inputs, completions, rewards.cpu())
+            q = {k: torch.as_tensor(v).cpu() for k, v in q.items() if v is not None}
+        q = self._broadcast(q)
+        for key in ("passed", "weights", "hacked"):
+            if key in q and q[key].shape != rewards.shape:
+                raise ValueError(f"quality_fn returned {key} of shape {tuple(q[key].shape)}; the gathered batch has "
+                                 f"{rewards.shape[0]} completions (one verdict per completion of all processes)")
+        return q
+
     def _our_advantages(self, captured: dict) -> Tensor:
         rewards_per_func: Tensor = captured["rewards_per_func"]
         weights = self.reward_weights.to(rewards_per_func.device)
@@ -81,23 +114,22 @@ class GagarGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         n = self.num_generations if mode == "train" else self.num_generations_eval
         group = torch.arange(rewards.shape[0], device=rewards.device) // n  # TRL lays groups out consecutively
+        q = self._quality(captured, rewards)
         passed = weights_q = None
-        if self.quality_fn is not None:
-            n_local = len(captured["inputs"])
-            start = self.accelerator.process_index * n_local
-            q = self.quality_fn(captured["inputs"], captured["completions"], rewards[start : start + n_local])
+        if q is not None:
             device = rewards.device
-            passed = self.accelerator.gather(torch.as_tensor(q["passed"], device=device).bool())
-            weights_q = self.accelerator.gather(torch.as_tensor(q["weights"], device=device).float())
-            if q.get("hacked") is not None:
-                hacked = self.accelerator.gather(torch.as_tensor(q["hacked"], device=device).bool())
-                rewards, passed = apply_hack_verdicts(rewards, passed, hacked, failure_reward=self.failure_reward)
+            passed = q["passed"].to(device).bool()
+            weights_q = q["weights"].to(device).float()
+            if "hacked" in q:
+                rewards, passed = apply_hack_verdicts(rewards, passed, q["hacked"].to(device).bool(),
+                                                      failure_reward=self.failure_reward)
         out = torch.zeros_like(rewards)
         keep = scorable.nonzero(as_tuple=True)[0]
         if keep.numel():
             adv = compute_advantages(rewards[keep], estimator=self.advantage_estimator, index=group[keep],
                                      **self.advantage_params)
             if passed is not None:
-                adv = redistribute(adv, passed[keep], weights_q[keep], index=group[keep], cap=self.gagar_cap)
+                adv = redistribute(adv, passed[keep], weights_q[keep], index=group[keep], cap=self.gagar_cap,
+                                   form=self.gagar_form)
             out[keep] = adv
         return out

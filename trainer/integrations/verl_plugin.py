@@ -5,8 +5,9 @@
 
 then run verl with ``algorithm.adv_estimator=gapo`` (or ``gagar``). Options are read from verl's algorithm config:
     +algorithm.gapo.coverage=0.5  +algorithm.gapo.center=median|mean  +algorithm.gapo.norm=true
-    +algorithm.gapo.eps=1e-6      +algorithm.gagar.cap=3.0            +algorithm.gagar.base=gapo|grpo|dr_grpo|rloo
-    +algorithm.gagar.judge=heuristic|llm  +algorithm.gagar.tasks_dir=DIR   (the last two: the trainer's grading)
+    +algorithm.gapo.eps=1e-6      +algorithm.gagar.cap=3.0            +algorithm.gagar.base=grpo|dr_grpo|rloo|gapo
+    +algorithm.gagar.form=paper|scale  +algorithm.gagar.tasks_dir=DIR
+    +algorithm.gagar.judge=heuristic|llm (+ .model, .backend, .base_url, .adapter, .permutations: the grader's keys)
 (``norm`` defaults to verl's own ``norm_adv_by_std_in_grpo``).
 
 ``gagar`` needs, per rollout, whether it passed (``gagar_passed``: ``EvalResult.passed`` from the sandbox
@@ -30,10 +31,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trainer.advantage import ESTIMATORS, compute_advantages, gagar_advantages
+from trainer.advantage import ESTIMATORS, FORMS, compute_advantages, gagar_advantages
 
 GAPO_DEFAULTS = {"coverage": 0.5, "center": "median", "eps": 1e-6}
-GAGAR_DEFAULTS = {"cap": 3.0, "base": "gapo", "judge": "heuristic", "tasks_dir": None,
+# The grader's own keys (trainer.config.GraderSection): the same judge the native trainer builds.
+GRADER_KEYS = ("judge", "model", "adapter", "backend", "base_url", "permutations")
+# base grpo: the sandbox reward is pass/fail, and GRPO keeps every passing advantage of a mixed group positive,
+# so GAGAR has something to move (GAPO's centre is 1 once most of a group passes) — the native trainer's default
+GAGAR_DEFAULTS = {"cap": 3.0, "form": "paper", "base": "grpo", "tasks_dir": None,
+                  **dict.fromkeys(GRADER_KEYS), "judge": "heuristic",
                   "weight_key": "gagar_weight", "passed_key": "gagar_passed", "hacked_key": "gagar_hacked"}
 
 # The batch's non_tensor_batch while verl's dispatch runs (set by verl_trainer.compute_advantage).
@@ -65,6 +71,8 @@ def gagar_options(config: Any) -> dict:
     opts = _section(config, "gagar", GAGAR_DEFAULTS)
     if opts["base"] not in ESTIMATORS:
         raise ValueError(f"algorithm.gagar.base={opts['base']!r} is not an estimator; known: {sorted(ESTIMATORS)}")
+    if opts["form"] not in FORMS:
+        raise ValueError(f"algorithm.gagar.form={opts['form']!r}; choose one of {', '.join(FORMS)}")
     return opts
 
 
@@ -116,7 +124,7 @@ def compute_gagar_advantage(
     non_tensor_batch: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> tuple[Tensor, Tensor]:
-    """verl estimator: base advantages (``algorithm.gagar.base``, GAPO by default), hacks reset to failure,
+    """verl estimator: base advantages (``algorithm.gagar.base``, GRPO by default), hacks reset to failure,
     GAGAR redistribution by the grader weights in the ``gagar_weight`` column (see the module docstring)."""
     opts = gagar_options(config)
     extra = non_tensor_batch if non_tensor_batch is not None else _COLUMNS.get()
@@ -134,7 +142,7 @@ def compute_gagar_advantage(
     hacked = _column(extra, opts["hacked_key"], n, dev, torch.bool) if opts["hacked_key"] in extra else None
     with torch.no_grad():
         adv = gagar_advantages(scores, passed, weights, index=_index(index), hacked=hacked, estimator=opts["base"],
-                               cap=None if opts["cap"] is None else float(opts["cap"]),
+                               cap=None if opts["cap"] is None else float(opts["cap"]), form=str(opts["form"]),
                                **base_params(config, opts["base"]))
     adv = adv.unsqueeze(-1) * response_mask
     return adv, adv

@@ -12,8 +12,11 @@ if TYPE_CHECKING:
 __all__ = ["RolloutBackend", "Sample", "make_backend"]
 
 
-def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str) -> RolloutBackend:
-    """Map the train config onto `inference`: transformers samples from the training model itself."""
+def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str, *,
+                 base_path: str | None = None) -> RolloutBackend:
+    """Map the train config onto `inference`: transformers samples from the training model itself. `base_path`:
+    the weights under the trainer's LoRA adapter (a warm-started or resumed base; default the configured model),
+    which an in-process vLLM engine must load for the adapters it receives to mean anything."""
     backend = cfg.rollout.backend
     if backend == "transformers":
         from inference.hf import TransformersBackend
@@ -32,7 +35,7 @@ def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str) ->
         from inference.models import resolve_model
         from inference.vllm import VLLMBackend
 
-        base = resolve_model(cfg.model.name_or_path, cfg.model.cache_dir)  # a registry name → its directory
+        base = base_path or resolve_model(cfg.model.name_or_path, cfg.model.cache_dir)  # a registry name → its dir
         return VLLMBackend.for_policy(base, lora_rank=cfg.lora.r, dtype=cfg.model.dtype,
                                       seed=cfg.seed, tokenizer=tokenizer, work_dir=work_dir)
     raise ValueError(f"unknown rollout backend {backend!r}")

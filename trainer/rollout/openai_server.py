@@ -8,6 +8,8 @@ tokenizer's canonical encoding of its text, and then the trainer would score (an
 never produced. After each update the LoRA adapter is saved where the server can read it
 (a shared path) and loaded with vLLM's runtime endpoint `/v1/load_lora_adapter` (start the server with
 `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`); the next requests name that adapter as their model.
+The sampler's own log-prob of each sampled token (`logprobs.token_logprobs`) comes back with the sample: the
+update corrects the sampler-vs-trainer mismatch with it (truncated importance sampling, `optim.tis_cap`).
 """
 
 from __future__ import annotations
@@ -63,13 +65,11 @@ class OpenAIServerBackend:
             payload.update(stop=stop, include_stop_str_in_output=True)
         choice = self._post("/completions", payload)["choices"][0]
         text = choice.get("text") or ""
+        # Exactly the tokens the server says it sampled: nothing appended (an eos it does not list was never
+        # shown to be sampled, and training on it would train on a token the policy may not have produced).
         ids = sampled_token_ids(choice, self.base_url)
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        eos = self.tokenizer.eos_token_id
-        stopped_on_string = bool(stop) and (choice.get("stop_reason") in stop or any(text.endswith(x) for x in stop))
-        if finish == "stop" and not stopped_on_string and eos is not None and (not ids or ids[-1] != eos):
-            ids.append(eos)  # a server that leaves out the eos it sampled: train on it, so the policy learns to stop
-        return Sample(token_ids=ids, text=text, finish_reason=finish)
+        return Sample(token_ids=ids, text=text, finish_reason=finish, logprobs=sampled_logprobs(choice, len(ids)))
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
                  stop: list[str] | None = None) -> list[Sample]:
@@ -89,6 +89,16 @@ class OpenAIServerBackend:
             except RuntimeError:
                 pass  # an adapter the server already dropped is not worth failing a run over
         self.model = name
+
+
+def sampled_logprobs(choice: dict, n: int) -> list[float] | None:
+    """The sampler's log-prob of each sampled token (`logprobs.token_logprobs`), or None when the server gives
+    none for some token (`gagar serve`) or a count that does not match the ids. vLLM reports them under the
+    sampling distribution only with `--logprobs-mode processed_logprobs` (docs/trainer.md)."""
+    lps = (choice.get("logprobs") or {}).get("token_logprobs")
+    if isinstance(lps, list) and len(lps) == n and all(isinstance(x, (int, float)) for x in lps):
+        return [float(x) for x in lps]
+    return None
 
 
 def sampled_token_ids(choice: dict, where: str) -> list[int]:
