@@ -8,7 +8,7 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: swebench experiment-loop setup venv docker images tasks env-tasks demo test test-full lint bench reliability judge clean
+.PHONY: swebench experiment-loop setup venv docker images tasks env-tasks demo demo-smol test test-full lint bench reliability judge clean
 
 setup: venv docker images tasks
 
@@ -46,8 +46,16 @@ tasks-synth: venv docker images
 	$(GAGAR) tasks synth --sources examples/synth/manifest.json --out $(WORK)/synth
 	$(PY) bench/tasks.py compare examples/synth/instances.jsonl $(WORK)/synth/instances.jsonl
 
+# torch's OpenMP threads spin while waiting; on a machine shared by more jobs than cores, PASSIVE waits keep
+# them from taking the cores of the threads doing the work (docs/trainer.md, "CPU threads"). Override as you like.
+demo demo-smol test test-full: export OMP_WAIT_POLICY ?= PASSIVE
+
 demo: setup
-	bash scripts/demo.sh $(WORK)
+	bash scripts/demo.sh $(WORK) tiny
+
+# The policy on the pretrained SmolLM2-135M-Instruct (pulled once, LoRA, warm start then RL; docs/trainer.md).
+demo-smol: setup
+	bash scripts/demo.sh $(WORK) smol
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

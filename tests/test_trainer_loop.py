@@ -1,5 +1,7 @@
-"""`gagar train --config configs/tiny.yaml` end to end: real tiny model, real Docker sandbox, real grader and
-advantage engine, real LoRA updates; then `--resume` from the checkpoint. Also the config loader's errors."""
+"""`gagar train --config configs/tiny.yaml` end to end: real Docker sandbox, real grader and advantage engine, real
+LoRA updates; then `--resume` from the checkpoint. Also the config loader's errors. The policy is the tiny RANDOM
+model (sft.tiny), which only checks the loop's plumbing in seconds; the pretrained policy (configs/smol.yaml,
+SmolLM2-135M-Instruct) is exercised by test_smol_smoke.py and measured by `make demo-smol`."""
 
 from __future__ import annotations
 

@@ -192,6 +192,7 @@ class WarmstartConfig(_Section):
     epochs: int = Field(30, ge=1)
     lr: float = Field(3e-3, gt=0)
     batch_size: int = Field(8, ge=1)
+    lora: bool = False  # a pretrained model: train a LoRA adapter (the `lora` section's shape), merged when saved
 
 
 class TrainConfig(_Section):

@@ -71,8 +71,11 @@ def step_row(step: int, groups: list[RolloutGroup], kept: list[RolloutGroup], st
         "tampered": sum(r.tampered_tests for r in results),
         "reward_mean": _mean([float(p) for g in kept for p, v in zip(g.passed, g.valid, strict=True) if v]),
         "policy_tokens_mean": _mean([t.policy_tokens for g in kept for t in g.trajs]),
+        "rollout_tokens": sum(t.policy_tokens for g in groups for t in g.trajs),  # every sampled token
         "patch_lines_mean": _mean([len(t.patch.splitlines()) for g in kept for t in g.trajs]),
         **{f"status_{k}": v for k, v in sorted(statuses.items())},
     }
     row.update(stats)
+    if row.get("gen_s"):  # sampling throughput; gen_s also covers scoring the behaviour log-probs
+        row["rollout_tokens_per_s"] = round(row["rollout_tokens"] / row["gen_s"], 2)
     return row

@@ -1,20 +1,22 @@
 """Warm start: a short supervised pass that teaches a fresh (e.g. random tiny) policy to answer the single-turn
 prompt with the bundled tasks' rollout patches — passing ones of different quality and failing ones — so that
 its samples mix passing and failing patches and RL has mixed-outcome groups to learn from (the SFT → RL order
-real runs use). Full-weight training with a masked cross-entropy on the answer tokens; the prompts are built by
-the same code the rollouts use, so the warm-started model sees exactly the RL prompt format.
+real runs use). A masked cross-entropy on the answer tokens; the prompts are built by the same code the
+rollouts use, so the warm-started model sees exactly the RL prompt format. A random model trains every weight; a
+pretrained one (`warmstart.lora: true`) trains a LoRA adapter (the `lora` section's shape), which keeps what it
+knows, costs a third less compute (no weight gradients for the base) and is merged into the saved weights, so RL
+puts its own fresh adapter on top of the warm-started model and the KL reference is that model.
 
-The result is cached under `model.cache_dir/warmstart-<hash>` keyed by everything that shapes it.
+The result is cached under `model.cache_dir/warmstart-<hash>` keyed by everything that shapes it, written whole
+or not at all (`sandbox.report.staged_dir`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import torch
 
 from sandbox.jsonl import JsonlError, read_jsonl
 from sandbox.records import Instance
+from sandbox.report import staged_dir
 from trainer.agent.prompts import single_turn_messages
 from trainer.agent.tokens import Conversation
 from trainer.config import TrainConfig
@@ -63,10 +66,12 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
                      log=print) -> str:
     examples = warmstart_examples(cfg, instances)
     w, r = cfg.warmstart, cfg.rollout
+    shape = {"epochs": w.epochs, "lr": w.lr, "batch": w.batch_size, "seed": cfg.seed, "ctx": r.max_context_chars,
+             "examples": examples, "commits": sorted(i.base_commit for i in instances.values())}
+    if w.lora:  # only then does the adapter's shape matter (older full-weight caches keep their keys)
+        shape["lora"] = {"r": cfg.lora.r, "alpha": cfg.lora.alpha, "targets": list(cfg.lora.target_modules)}
     key = hashlib.sha256(json.dumps({
-        "base": str(Path(base_path).resolve()) if Path(base_path).exists() else base_path,
-        "epochs": w.epochs, "lr": w.lr, "batch": w.batch_size, "seed": cfg.seed,
-        "ctx": r.max_context_chars, "examples": examples, "commits": sorted(i.base_commit for i in instances.values()),
+        "base": str(Path(base_path).resolve()) if Path(base_path).exists() else base_path, **shape,
     }, sort_keys=True).encode()).hexdigest()[:16]
     target = Path(cfg.model.cache_dir) / f"warmstart-{key}"
     if (target / _MARKER).is_file():
@@ -76,7 +81,13 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
 
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    if w.lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=0.0,
+                                                 target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM"))
     model.train()
+    t0, trained_tokens = time.monotonic(), 0
     repos = cfg.tasks.repos_path()
     prompts: dict[str, list[int]] = {}
     data = []
@@ -85,7 +96,8 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
             prompts[iid] = Conversation(tokenizer, single_turn_messages(instances[iid], repos, r.max_context_chars)).ids
         answer = tokenizer(patch, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         data.append((prompts[iid], answer))
-    opt = torch.optim.AdamW(model.parameters(), lr=w.lr, weight_decay=0.0)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=w.lr, weight_decay=0.0)
     total = w.epochs * ((len(data) + w.batch_size - 1) // w.batch_size)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.05, 1 - s / total))
     rng = random.Random(cfg.seed)
@@ -109,23 +121,20 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
             loss = -logp.sum() / mask[:, 1:].sum()
             opt.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             sched.step()
             losses.append(loss.item())
+            trained_tokens += int(attn.sum())
         loss_val = sum(losses) / len(losses)
-        if epoch == 0 or (epoch + 1) % 10 == 0 or epoch + 1 == w.epochs:
-            log(f"warm start: epoch {epoch + 1}/{w.epochs} loss {loss_val:.3f}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+        if epoch == 0 or (epoch + 1) % 10 == 0 or epoch + 1 == w.epochs or w.epochs <= 10:
+            log(f"warm start: epoch {epoch + 1}/{w.epochs} loss {loss_val:.3f} ({time.monotonic() - t0:.0f} s)")
+    if w.lora:
+        model = model.merge_and_unload()  # a plain model again: RL adds its own adapter on top
+    with staged_dir(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / _MARKER).write_text(json.dumps({"examples": len(data), "final_loss": loss_val}) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / _MARKER).write_text(json.dumps({
+            "examples": len(data), "final_loss": loss_val, "lora": w.lora, "seconds": round(time.monotonic() - t0, 1),
+            "tokens_per_s": round(trained_tokens / max(1e-9, time.monotonic() - t0), 1)}) + "\n")
     return str(target)

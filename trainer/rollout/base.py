@@ -17,7 +17,6 @@ def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str, *,
     """Map the train config onto `inference`: transformers samples from the training model itself. `base_path`:
     the weights under the trainer's LoRA adapter (a warm-started or resumed base; default the configured model),
     which an in-process vLLM engine must load for the adapters it receives to mean anything."""
-    base = base_path or cfg.model.name_or_path
     backend = cfg.rollout.backend
     if backend == "transformers":
         from inference.hf import TransformersBackend
@@ -33,8 +32,10 @@ def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str, *,
     if backend == "vllm":
         if not cfg.lora.enabled:
             raise RuntimeError("rollout.backend=vllm pushes LoRA adapters only; set lora.enabled: true")
+        from inference.models import resolve_model
         from inference.vllm import VLLMBackend
 
+        base = base_path or resolve_model(cfg.model.name_or_path, cfg.model.cache_dir)  # a registry name → its dir
         return VLLMBackend.for_policy(base, lora_rank=cfg.lora.r, dtype=cfg.model.dtype,
                                       seed=cfg.seed, tokenizer=tokenizer, work_dir=work_dir)
     raise ValueError(f"unknown rollout backend {backend!r}")
