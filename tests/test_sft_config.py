@@ -30,7 +30,9 @@ def _config(tmp_path: Path, section: str | None, key: str, value) -> Path:
     ("training", "max_steps", 1.5, "training.max_steps: expected an integer, got 1.5"),
     ("training", "epochs", True, "training.epochs: expected a number, got True"),
     ("lora", "r", 0, "lora.r must be >= 1, got 0"),
-    ("lora", "rank", 8, "lora: unknown key(s) rank; allowed: alpha, dropout, enabled, r, target_modules"),
+    ("lora", "rank", 8, "lora: unknown key(s) rank; allowed: alpha, dropout, enabled, layers, r, target_modules"),
+    ("lora", "layers", "29-15", "lora.layers must be a list of layer indexes or 'A-B', got '29-15'"),
+    ("training", "max_minutes", 0, "training.max_minutes must be > 0.0, got 0"),
     ("eval", "ranking", "sometimes", "eval.ranking: expected true/false, got 'sometimes'"),
     (None, "model", "some/model", "give exactly one of `model` (hub id or path) and `tiny_model`"),
 ])
