@@ -104,7 +104,9 @@ def verdict_key(instance: Instance, patch: str, image: str | None = None) -> str
     Run limits (timeout, memory) are not in it: after changing them, `--redo` re-evaluates."""
     blob = {"patch": patch or "", "image": image or None,
             "instance": {k: getattr(instance, k) for k in VERDICT_FIELDS}}
-    return hashlib.sha256(json.dumps(blob, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    # ASCII JSON: a patch read from non-UTF-8 bytes holds lone surrogates (surrogateescape), which UTF-8 cannot
+    # encode; escaped, they hash like any other character.
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode("ascii")).hexdigest()
 
 
 @dataclass

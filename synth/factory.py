@@ -125,8 +125,10 @@ class _Project:
             raise Interrupted
         config = val.sandbox_config(self.p.clone.parent, timeout=timeout, max_workers=self.opts.lane_workers,
                                     run_id=self.run_id)
+        # The factory's runs derive FAIL_TO_PASS from the test statuses (the candidates have none yet): a
+        # measurement, not a verdict, so the sandbox's refusal of instances without it does not apply.
         got = evaluate_predictions(self.instances, list(self.preds.values()), config, run_dir=self.run_dir,
-                                   progress=False, stop=self.opts.stop)
+                                   progress=False, stop=self.opts.stop, require_fail_to_pass=False)
         if self.opts.stop.is_set():
             raise Interrupted
         self.results = {r.key: r for r in got}

@@ -34,6 +34,9 @@ def test_the_key_covers_the_patch_every_verdict_field_and_the_image_override() -
         assert verdict_key(replace(INST, **{field: value}), "diff") != base, field
     # Fields that cannot change a verdict do not force a re-run.
     assert verdict_key(replace(INST, problem_statement="reworded", patch="gold"), "diff") == base
+    # A patch read from non-UTF-8 bytes (surrogateescape, as the sandbox reads predictions) has a key of its own.
+    latin1 = b"+caf\xe9\n".decode("utf-8", "surrogateescape")
+    assert verdict_key(INST, latin1) not in (base, verdict_key(INST, "+caf\xe9\n"))
 
 
 def test_resume_reuses_only_matching_keys(tmp_path: Path) -> None:
