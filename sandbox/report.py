@@ -29,6 +29,12 @@ REPORT_MAX_FILES, REPORT_MAX_DEPTH = 1000, 8
 REPORT_FILE_CAP = 8 << 20  # bytes of structured reports copied into the logs per prediction
 
 
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes (hex), read in blocks: the one file-digest helper of the project."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temporary file beside `path`, fsync, then rename: readers never see a half-written file.
 

@@ -271,9 +271,9 @@ def frequent_lines(path: str | os.PathLike, *, share: float = 0.3, min_chars: in
 def _file_digest(path: str | None) -> str | None:
     if not path:
         return None
-    import hashlib
+    from sandbox.report import file_sha256
 
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    return file_sha256(path)[:16]
 
 
 def _phrases_digest() -> str:

@@ -15,7 +15,6 @@ code — never reaches a policy. All git runs through `sandbox.integrity.gitsafe
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.integrity import gitsafe
+from sandbox.report import file_sha256
 
 SDIST = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
 FIXED_TIME = "1705320000 +0000"  # 2024-01-15T12:00:00Z, as the bundled tasks
@@ -137,14 +137,6 @@ def git(repo: Path, *args: str, input: str | bytes | None = None, binary: bool =
     return res.out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def download_sdist(spec: str, dest: Path, pinned: str | None = None) -> tuple[Path, str]:
     """The sdist archive of `NAME==VERSION` in `dest` (downloaded unless a file with the pinned hash is there)."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -156,7 +148,7 @@ def download_sdist(spec: str, dest: Path, pinned: str | None = None) -> tuple[Pa
                                                            p.name)]
 
     for p in existing():
-        if pinned and _sha256(p) == pinned:
+        if pinned and file_sha256(p) == pinned:
             return p, pinned
     with tempfile.TemporaryDirectory(prefix="gagar-sdist-") as tmp:
         # `--no-binary NAME`: the sdist of the project itself; its build backend (pip reads the sdist's metadata)
@@ -171,7 +163,7 @@ def download_sdist(spec: str, dest: Path, pinned: str | None = None) -> tuple[Pa
             raise SourceError(f"pip could not download the sdist {spec}: {why.strip()}")
         target = dest / got[0].name
         shutil.move(str(got[0]), target)
-    digest = _sha256(target)
+    digest = file_sha256(target)
     if pinned and digest != pinned:
         raise SourceError(f"the sdist {target.name} has sha256 {digest}, not the pinned {pinned}: PyPI served "
                           "another file; refusing to build tasks from it")

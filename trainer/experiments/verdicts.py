@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.jsonl import JsonlError, read_jsonl
-from sandbox.report import atomic_write_text
+from sandbox.report import atomic_write_text, file_sha256
 
 FORMAT = "gagar-experiment-verdicts/3"  # /3: grader hacks fail, as in the trainer
 # 2**k - 1 subsets get graded per task; past this many passing patches that stops being "fast".
@@ -82,7 +82,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return file_sha256(path)[:16]  # a short cache version, not an integrity check
 
 
 def _verdict(result: Any, patch: str, check: Any) -> dict[str, Any]:
