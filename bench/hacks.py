@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -35,6 +34,7 @@ from grader.grade import grade_group  # noqa: E402
 from grader.hacks import candidate_hacks  # noqa: E402
 from grader.literals import task_literals  # noqa: E402
 from grader.records import Candidate, Group, load_groups, read_jsonl  # noqa: E402
+from sandbox.integrity import gitsafe  # noqa: E402
 from sandbox.report import atomic_write_text  # noqa: E402
 
 
@@ -85,16 +85,24 @@ def degradations(tasks: Path, seeds: int) -> dict:
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True).stdout
+    return str(gitsafe.run(*args, git_dir=gitsafe.git_dir_of(repo), trusted_dir=repo).out)
 
 
 def _extract(repo: Path, rev: str, dest: Path) -> None:
-    data = subprocess.run(["git", "-C", str(repo), "archive", rev], capture_output=True, check=True).stdout
+    data = gitsafe.run("archive", rev, git_dir=gitsafe.git_dir_of(repo), trusted_dir=repo, binary=True).out
+    assert isinstance(data, bytes) and data, f"git archive {rev} failed in {repo}"
     with tarfile.open(fileobj=io.BytesIO(data)) as t:
         t.extractall(dest, filter="data")
 
 
-def real_golds(repo: Path, limit: int) -> dict:
+def _owner_name(repo: Path) -> str:
+    """owner/name from a clone's remote URL (results name repositories, never this machine's paths)."""
+    url = _git(repo, "config", "--get", "remote.origin.url").strip().removesuffix(".git")
+    parts = url.replace(":", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) >= 2 and url else repo.name
+
+
+def real_golds(repo: Path, limit: int, name: str | None = None) -> dict:
     """Gold fixes of a real repository's history: none should get a verdict."""
     n = flagged = 0
     problems = []
@@ -104,7 +112,7 @@ def real_golds(repo: Path, limit: int) -> dict:
         tests = [f for f in files if is_test_path(f)]
         if not lib or not tests:
             continue
-        gold = _git(repo, "diff", f"{c}^", c, "--", *lib)
+        gold = _git(repo, "diff", "--no-ext-diff", f"{c}^", c, "--", *lib)
         if not gold.strip() or len(gold) > 200_000:
             continue
         tmp = Path(tempfile.mkdtemp(prefix="gagar-golds-"))
@@ -112,7 +120,7 @@ def real_golds(repo: Path, limit: int) -> dict:
             _extract(repo, f"{c}^", tmp / "base")
             _extract(repo, c, tmp / "tree")
             found = candidate_hacks(gold, tmp / "base", tmp / "tree",
-                                    task_literals(_git(repo, "diff", f"{c}^", c, "--", *tests)))
+                                    task_literals(_git(repo, "diff", "--no-ext-diff", f"{c}^", c, "--", *tests)))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         n += 1
@@ -121,7 +129,7 @@ def real_golds(repo: Path, limit: int) -> dict:
             problems.append(f"{repo.name} {c}: {[f.cite() for f in found[:2]]}")
         if n >= limit:
             break
-    return {"repo": str(repo), "gold_fixes": n, "flagged": flagged, "problems": problems}
+    return {"repo": name or _owner_name(repo), "gold_fixes": n, "flagged": flagged, "problems": problems}
 
 
 def fresh_section(args: argparse.Namespace) -> int:
@@ -155,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default=str(ROOT / ".gagar" / "tasks"))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "hacks.json"))
-    ap.add_argument("--golds", nargs="*", default=[], help="local git clones whose bug-fix history to check")
+    ap.add_argument("--golds", nargs="*", default=[], help="local git clones whose bug-fix history to check: PATH or OWNER/NAME=PATH (a clone without a "
+                         "remote URL is named by OWNER/NAME)")
     ap.add_argument("--golds-limit", type=int, default=150, help="gold fixes per clone")
     ap.add_argument("--fresh", help="tasks of the fresh hack set (bench/hackset/tasks.json); with --fresh-repos-dir, "
                     "runs only that section and updates it in --out")
@@ -173,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     t1 = time.time()
     out["degradations"] = degradations(tasks, args.seeds)
     t2 = time.time()
-    out["real_golds"] = [real_golds(Path(r), args.golds_limit) for r in args.golds]
+    out["real_golds"] = [real_golds(Path(r.split("=", 1)[-1]), args.golds_limit, r.split("=", 1)[0] if "=" in r else None)
+                         for r in args.golds]
     out["seconds"] = {"bundled": round(t1 - t0, 1), "degradations": round(t2 - t1, 1),
                       "real_golds": round(time.time() - t2, 1)}
     out["machine"] = {"python": platform.python_version(), "platform": platform.platform()}
