@@ -281,6 +281,15 @@ def _package_map(name: str, fallback: dict[str, list[str]]) -> dict[str, list[st
 Reader = Callable[[str], "str | None"]  # repo path → text at the environment commit, or None
 
 
+def _first_file(paths: list[str], read: Reader, what: str, repo: str) -> tuple[str, str]:
+    """The first of `paths` that exists at the environment commit, with its text (SWE-bench's lookup order)."""
+    for path in paths:
+        text = read(path)
+        if text is not None:
+            return path, text
+    raise ValueError(f"no {what} at {', '.join(paths)} (where SWE-bench looks for {repo})")
+
+
 def requirements(repo: str, read: Reader) -> tuple[str, list[str]]:
     """SWE-bench's `get_requirements_by_commit` on the local clone: the first of the repo's requirement paths
     that exists (`requirements.txt` for a repo SWE-bench has none listed for), its `-r` includes expanded one
@@ -288,12 +297,7 @@ def requirements(repo: str, read: Reader) -> tuple[str, list[str]]:
     `types-pkg_resources` → `types-setuptools`. Returns (the file used, requirement lines); ValueError naming the
     paths tried when none exists."""
     paths = _package_map("MAP_REPO_TO_REQS_PATHS", REQS_PATHS).get(repo) or ["requirements.txt"]
-    for path in paths:
-        text = read(path)
-        if text is not None:
-            break
-    else:
-        raise ValueError(f"no requirements file at {', '.join(paths)} (where SWE-bench looks for {repo})")
+    path, text = _first_file(paths, read, "requirements file", repo)
     base = "/".join(path.split("/")[:-1])
 
     def keep(line: str) -> bool:
@@ -318,12 +322,7 @@ def environment_yml(repo: str, read: Reader) -> tuple[str, list[str], list[str]]
     import yaml
 
     paths = _package_map("MAP_REPO_TO_ENV_YML_PATHS", ENV_YML_PATHS).get(repo) or ["environment.yml"]
-    for path in paths:
-        text = read(path)
-        if text is not None:
-            break
-    else:
-        raise ValueError(f"no environment.yml at {', '.join(paths)} (where SWE-bench looks for {repo})")
+    path, text = _first_file(paths, read, "environment.yml", repo)
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
