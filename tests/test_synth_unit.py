@@ -213,3 +213,17 @@ def test_baseline_reports_network_only_suites_and_failing_installs(tmp_path: Pat
     base = read_baseline(EvalResult("i", "m", "r", "unresolved", log_path=str(logs)))
     assert base.passing == {"tests/test_n.py::test_a"} and base.failing == {"tests/test_n.py::test_b": "boom"}
     assert "coverage" in (base.error or "")  # the report has no coverage data: said, not guessed
+
+
+def test_tests_named_for_time_limits_are_never_listed() -> None:
+    """A timing test passes the repeats on a quiet machine and fails under load: no group lists or runs it."""
+    from types import SimpleNamespace
+
+    from synth.validate import group_for
+
+    slow, ok = "tests/test_s.py::test_socketutils_netstring_timeout", "tests/test_s.py::test_netstring"
+    base = Baseline(passing={slow, ok}, coverage={"pkg/s.py": {3: {slow, ok}, 9: {slow}}})
+    prepared = SimpleNamespace(repo="pypi/x", base_commit="c0", version="1", source=SimpleNamespace(pytest_args=[]))
+    g = group_for(prepared, base, {}, "pkg/s.py", "f", (1, 5))
+    assert g.tests == [ok] and g.instance.PASS_TO_PASS == [ok] and "timeout" not in g.instance.test_cmd
+    assert group_for(prepared, base, {}, "pkg/s.py", "g", (8, 9)).tests == []
