@@ -38,6 +38,7 @@ class Changed:
     line: int | None  # in the candidate's tree (added lines); None for removed lines
     anchor: int  # the candidate-tree line nearest to it (where a removed line was), for its enclosing function
     run: int  # consecutive changed lines (no context line between them) share a run
+    base: int = 0  # the base-tree line it replaces or follows: where patches of one base can be compared
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -55,17 +56,19 @@ def changed_lines(patch: str) -> list[Changed]:
     for pf in files:
         path = pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
         for hunk in pf:
-            last = hunk.target_start
+            last, base = hunk.target_start, hunk.source_start
             run += 1
             for ln in hunk:
                 if ln.is_context:
                     run += 1
                 if ln.target_line_no:
                     last = ln.target_line_no
+                if ln.source_line_no:
+                    base = ln.source_line_no
                 if ln.is_added:
-                    out.append(Changed(path, "+", ln.value.rstrip("\n"), ln.target_line_no, last, run))
+                    out.append(Changed(path, "+", ln.value.rstrip("\n"), ln.target_line_no, last, run, base))
                 elif ln.is_removed:
-                    out.append(Changed(path, "-", ln.value.rstrip("\n"), None, last, run))
+                    out.append(Changed(path, "-", ln.value.rstrip("\n"), None, last, run, base))
     return out
 
 

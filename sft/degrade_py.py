@@ -29,7 +29,7 @@ def _functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]
     return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
 
 
-def _enclosing(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+def enclosing_function(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     best = None
     for fn in _functions(tree):
         if fn.lineno <= line <= (fn.end_lineno or fn.lineno):
@@ -48,7 +48,7 @@ def _anchor_stmt(tree: ast.Module, anchors: list[int], lines: list[str]) -> ast.
         # The statement must own its line (not `if x: return y`), so edits around it stay well-formed.
         starts_line = len(line) - len(line.lstrip()) == node.col_offset
         if starts_line and node.lineno in wanted and node.end_lineno == node.lineno:
-            if _enclosing(tree, node.lineno) is not None and '"""' not in lines[node.lineno - 1]:
+            if enclosing_function(tree, node.lineno) is not None and '"""' not in lines[node.lineno - 1]:
                 return node
     return None
 
@@ -59,7 +59,7 @@ def debug_output(ctx: FileCtx) -> Edit | None:
     stmt = tree and _anchor_stmt(tree, anchors, lines)
     if not stmt:
         return None
-    fn = _enclosing(tree, stmt.lineno)
+    fn = enclosing_function(tree, stmt.lineno)
     ind = indent_of(lines[stmt.lineno - 1])
     text = f'{ind}print("DEBUG {fn.name}: reached line {stmt.lineno}")\n'
     # Before a return/raise the print still runs; after any other statement it shows the new state.
@@ -157,7 +157,7 @@ def duplicated_logic(ctx: FileCtx) -> Edit | None:
     tree = _parse(lines)
     if tree is None or not anchors:
         return None
-    fn = _enclosing(tree, anchors[0] + 1)
+    fn = enclosing_function(tree, anchors[0] + 1)
     if fn is None:
         return None
     start, end = fn.lineno - 1, fn.end_lineno or fn.lineno

@@ -35,7 +35,7 @@ def test_quick_loop_experiment(bundled_tasks: Path, tmp_path: Path) -> None:
         assert set(data["curves"]) == set(METRICS), arm
         for m in METRICS:
             assert len(data["curves"][m]) == 2
-        rows = result["per_seed"][arm][0]
+        rows = result["per_seed"][arm][0]["steps"]
         assert [r["step"] for r in rows] == [1, 2]
         assert all(r["pass_rate"] is not None and 0.0 <= r["pass_rate"] <= 1.0 for r in rows)
 

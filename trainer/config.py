@@ -71,6 +71,9 @@ class TasksConfig(_Section):
     repos_dir: Str = ""  # default: <dir>/repos
     languages: StrList = Field(default_factory=list)  # empty = all
     instance_ids: StrList = Field(default_factory=list)  # empty = all
+    # One split of the `splits.json` beside the instances file (`gagar tasks synth` writes one: train, heldout):
+    # only its tasks. Empty = every task.
+    split: Str = ""
     shuffle: bool = True
 
     def instances_path(self) -> Path:
@@ -185,7 +188,11 @@ class OptimConfig(_Section):
 
 class WarmstartConfig(_Section):
     enabled: bool = False
-    # Rollout patches to imitate: <tasks.dir>/predictions.jsonl, with their kinds from <tasks.dir>/expected.jsonl.
+    # The tasks whose rollout patches to imitate: a tasks directory (instances.jsonl, repos/, predictions.jsonl,
+    # expected.jsonl); empty = the training tasks themselves. Another set teaches the answer format without
+    # showing the policy its RL tasks' fixes.
+    tasks_dir: Str = ""
+    # Rollout patches to imitate: <tasks dir>/predictions.jsonl, with their kinds from <tasks dir>/expected.jsonl.
     predictions: Str = ""
     expected: Str = ""
     kinds: StrList = Field(default_factory=lambda: ["gold", "minimal", "bloated", "wrong"])

@@ -2,32 +2,56 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from sandbox.inputs import require_runnable
 from sandbox.jsonl import iter_jsonl
 from sandbox.records import Instance
-from trainer.config import TrainConfig
+from trainer.config import TasksConfig, TrainConfig
 
 
-def load_instances(cfg: TrainConfig) -> dict[str, Instance]:
-    path = cfg.tasks.instances_path()
+def split_ids(tasks: TasksConfig) -> set[str] | None:
+    """The instance ids of `tasks.split` (from `splits.json` beside the instances file), or None for all."""
+    if not tasks.split:
+        return None
+    path = tasks.instances_path().parent / "splits.json"
+    try:
+        splits = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"tasks.split={tasks.split} needs a readable {path} ({exc}); `gagar tasks synth` "
+                         "writes one, or leave tasks.split empty") from exc
+    ids = splits.get(tasks.split) if isinstance(splits, dict) else None
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        known = [k for k, v in splits.items() if isinstance(v, list)] if isinstance(splits, dict) else []
+        raise ValueError(f"{path} has no split {tasks.split!r} (a list of instance ids); it has: "
+                         f"{', '.join(known) or 'none'}")
+    return set(ids)
+
+
+def load_instances(cfg: TrainConfig | TasksConfig) -> dict[str, Instance]:
+    tasks = cfg.tasks if isinstance(cfg, TrainConfig) else cfg
+    path = tasks.instances_path()
     if not path.is_file():
         raise FileNotFoundError(f"no instances file at {path}; build the bundled tasks with `make tasks` "
                                 f"(or set tasks.dir / tasks.instances)")
+    wanted = split_ids(tasks)
     out = {}
     for n, row in iter_jsonl(path):
         try:
             inst = Instance.from_dict(row)
         except ValueError as exc:
             raise ValueError(f"{path}:{n}: {exc}") from exc
-        if cfg.tasks.languages and (inst.language or "") not in cfg.tasks.languages:
+        if tasks.languages and (inst.language or "") not in tasks.languages:
             continue
-        if cfg.tasks.instance_ids and inst.instance_id not in cfg.tasks.instance_ids:
+        if tasks.instance_ids and inst.instance_id not in tasks.instance_ids:
+            continue
+        if wanted is not None and inst.instance_id not in wanted:
             continue
         out[inst.instance_id] = inst
     if not out:
-        raise ValueError(f"{path}: no instances left after the tasks.languages / tasks.instance_ids filters")
+        raise ValueError(f"{path}: no instances left after the tasks.languages / tasks.instance_ids / tasks.split "
+                         "filters")
     require_runnable(out, path)  # an instance without FAIL_TO_PASS would reward any patch: refuse, train nothing
     return out
 

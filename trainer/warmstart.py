@@ -27,7 +27,7 @@ from sandbox.records import Instance
 from sandbox.report import staged_dir
 from trainer.agent.prompts import single_turn_messages
 from trainer.agent.tokens import Conversation
-from trainer.config import TrainConfig
+from trainer.config import TasksConfig, TrainConfig
 from trainer.policy import token_logprobs
 
 _MARKER = "gagar_warmstart.json"
@@ -45,9 +45,23 @@ def clean_patch(patch: str) -> str:
     return "".join(ln for ln in patch.splitlines(keepends=True) if not ln.startswith("index "))
 
 
+def warmstart_tasks(cfg: TrainConfig, instances: dict[str, Instance]) -> tuple[dict[str, Instance], Path]:
+    """The tasks the warm start imitates rollouts of, and their repositories: `warmstart.tasks_dir`'s own
+    tasks when set, else the training tasks."""
+    if not cfg.warmstart.tasks_dir:
+        return instances, cfg.tasks.repos_path()
+    from trainer.tasks import load_instances
+
+    tasks = TasksConfig(dir=cfg.warmstart.tasks_dir)
+    try:
+        return load_instances(tasks), tasks.repos_path()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"warmstart.tasks_dir: {exc}") from exc
+
+
 def warmstart_examples(cfg: TrainConfig, instances: dict[str, Instance]) -> list[tuple[str, str, str]]:
-    """(instance_id, kind, patch) for every bundled rollout of a wanted kind on a training instance."""
-    tdir = Path(cfg.tasks.dir)
+    """(instance_id, kind, patch) for every bundled rollout of a wanted kind on one of `instances`."""
+    tdir = Path(cfg.warmstart.tasks_dir or cfg.tasks.dir)
     preds = _read_jsonl(Path(cfg.warmstart.predictions or tdir / "predictions.jsonl"))
     kinds = {(e["instance_id"], str(e["rollout_id"])): e["kind"]
              for e in _read_jsonl(Path(cfg.warmstart.expected or tdir / "expected.jsonl"))}
@@ -64,10 +78,17 @@ def warmstart_examples(cfg: TrainConfig, instances: dict[str, Instance]) -> list
 
 def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Instance], tokenizer: Any,
                      log=print) -> str:
+    instances, repos = warmstart_tasks(cfg, instances)
     examples = warmstart_examples(cfg, instances)
     w, r = cfg.warmstart, cfg.rollout
+    prompts: dict[str, list[int]] = {}
+    for iid, _kind, _patch in examples:
+        if iid not in prompts:
+            prompts[iid] = Conversation(tokenizer, single_turn_messages(instances[iid], repos, r.max_context_chars)).ids
+    # The prompts themselves are in the key: a change to what the prompt shows must not reuse an old warm start.
     shape = {"epochs": w.epochs, "lr": w.lr, "batch": w.batch_size, "seed": cfg.seed, "ctx": r.max_context_chars,
-             "examples": examples, "commits": sorted(i.base_commit for i in instances.values())}
+             "examples": examples, "commits": sorted(i.base_commit for i in instances.values()),
+             "prompts": hashlib.sha256(json.dumps(prompts, sort_keys=True).encode()).hexdigest()}
     if w.lora:  # only then does the adapter's shape matter (older full-weight caches keep their keys)
         shape["lora"] = {"r": cfg.lora.r, "alpha": cfg.lora.alpha, "targets": list(cfg.lora.target_modules)}
     key = hashlib.sha256(json.dumps({
@@ -88,12 +109,8 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
                                                  target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM"))
     model.train()
     t0, trained_tokens = time.monotonic(), 0
-    repos = cfg.tasks.repos_path()
-    prompts: dict[str, list[int]] = {}
     data = []
     for iid, _kind, patch in examples:
-        if iid not in prompts:
-            prompts[iid] = Conversation(tokenizer, single_turn_messages(instances[iid], repos, r.max_context_chars)).ids
         answer = tokenizer(patch, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         data.append((prompts[iid], answer))
     params = [p for p in model.parameters() if p.requires_grad]

@@ -47,6 +47,38 @@ def _patch_files(patch: str) -> list[str]:
     return [ln[len("+++ b/"):].strip() for ln in patch.splitlines() if ln.startswith("+++ b/")]
 
 
+def _first_hunk_line(patch: str, path: str) -> int | None:
+    """The first source line the reference patch changes in `path` (1-based), or None."""
+    from unidiff import PatchSet
+    from unidiff.errors import UnidiffParseError
+
+    try:
+        files = PatchSet(patch)
+    except UnidiffParseError:
+        return None
+    for f in files:
+        if f.path == path and len(f):
+            return f[0].source_start
+    return None
+
+
+def _window(text: str, centre: int, max_chars: int) -> tuple[str, int, int]:
+    """Whole lines around line `centre` (1-based) within `max_chars`: (text, first line, last line)."""
+    lines = text.splitlines(keepends=True)
+    lo = hi = min(max(centre - 1, 0), max(len(lines) - 1, 0))
+    used = len(lines[lo]) if lines else 0
+    grew = True
+    while grew:  # grow both ways in turn, so the changed line stays near the middle
+        grew = False
+        for side in (-1, 1):
+            k = lo - 1 if side < 0 else hi + 1
+            if 0 <= k < len(lines) and used + len(lines[k]) <= max_chars:
+                used += len(lines[k])
+                lo, hi = (k, hi) if side < 0 else (lo, k)
+                grew = True
+    return "".join(lines[lo : hi + 1])[:max_chars], lo + 1, hi + 1
+
+
 def context_files(instance: Instance, repo: Path, max_chars: int) -> list[tuple[str, str]]:
     """Source shown in the single-turn prompt: the files the reference patch touches first (SWE-bench's "oracle"
     retrieval setting), then other non-test source files, within `max_chars` in all."""
@@ -62,8 +94,16 @@ def context_files(instance: Instance, repo: Path, max_chars: int) -> list[tuple[
         except (GitError, UnicodeDecodeError):
             continue
         if used + len(text) > max_chars:
-            if path in oracle and not out:  # at least one oracle file, cut to the budget
-                out.append((path, text[:max_chars]))
+            if path in oracle and not out:
+                # At least one oracle file: a real module is larger than any prompt budget, and its head is not
+                # where the bug is. Show the lines around the reference patch's first hunk, numbered in the
+                # header, so a diff's context lines and hunk header can be copied from what is shown.
+                start = _first_hunk_line(instance.patch, path)
+                if start is None:
+                    out.append((path, text[:max_chars]))
+                else:
+                    shown, lo, hi = _window(text, start, max_chars)
+                    out.append((f"{path} (lines {lo}-{hi} of {text.count(chr(10)) + 1})", shown))
             break
         out.append((path, text))
         used += len(text)

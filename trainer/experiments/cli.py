@@ -2,7 +2,9 @@
 
     gagar experiment bloat [--seeds K] [--steps N] [--out DIR] [--verdicts FILE] [--tasks-dir DIR]
     gagar experiment skew  [--seeds K] [--steps N] [--out DIR]
-    gagar experiment loop  [--seeds K] [--steps N] [--arms A,B] [--out DIR] [--work DIR] [--quick] [--set k=v]
+    gagar experiment loop  [--config FILE] [--seeds K] [--steps N] [--arms A,B] [--out DIR] [--work DIR]
+                           [--heldout-split S] [--heldout-tasks N] [--heldout-k K] [--name STEM] [--quick]
+                           [--set k=v]
 
 Each writes `OUT/<name>.json` and `OUT/<name>.png` (`skew --reward exact|tests` writes `skew-exact.*`,
 `skew-tests.*`). `bloat` needs the sandbox verdicts of the bundled rollouts:
@@ -98,15 +100,24 @@ def _parser() -> argparse.ArgumentParser:
     lp = sub.add_parser("loop", help="the real `gagar train` loop: GRPO vs GAGAR arms vs a learning-rate-0 control")
     lp.add_argument("--config", type=Path, default=DEFAULT_LOOP_CONFIG, help="base train config (default: tiny)")
     lp.add_argument("--arms", default="grpo,grpo+gagar,gapo+gagar,control",
-                    help="comma-separated: grpo, grpo+gagar, gapo+gagar, control (lr 0)")
+                    help="comma-separated: grpo, grpo+gagar (the config's grader), grpo+gagar-llm (the judge of "
+                         "`make judge`), gapo+gagar, downweight, control (lr 0)")
     lp.add_argument("--seeds", type=_positive_int, default=3)
     lp.add_argument("--steps", type=_positive_int, default=24)
     lp.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     lp.add_argument("--work", type=Path, default=DEFAULT_OUT / "loop-runs",
                     help="the runs' own folders (resumable: finished runs are reused)")
-    lp.add_argument("--tasks-dir", type=Path, default=DEFAULT_TASKS)
+    lp.add_argument("--tasks-dir", type=Path, default=None,
+                    help=f"a bundled tasks directory (default {DEFAULT_TASKS} for the tiny config; a config that "
+                         "names its own tasks, e.g. configs/loop_real.yaml, uses those)")
+    lp.add_argument("--heldout-split", default=None,
+                    help="measure every trained policy on this split of the task set (default: `heldout` when "
+                         "the config trains on a split, else none)")
+    lp.add_argument("--heldout-tasks", type=int, default=16, help="a fixed subset of the held-out split (0: all)")
+    lp.add_argument("--heldout-k", type=_positive_int, default=4, help="samples per held-out task for pass@k")
+    lp.add_argument("--name", default=None, help="output stem (default loop, loop-quick with --quick)")
     lp.add_argument("--quick", action="store_true",
-                    help="1 seed × 2 steps of a cut-down config, written to OUT/loop-quick.*: a smoke test")
+                    help="1 seed × 2 steps of a cut-down config, written to OUT/<name>-quick.*: a smoke test")
     lp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra config override for every run (repeatable)")
     return ap
@@ -225,32 +236,67 @@ def _loop(args: argparse.Namespace) -> int:
     from trainer.experiments.loop import LoopExperiment, run_experiment
     from trainer.experiments.plots import plot_loop
 
-    seeds, steps, extra, stem = args.seeds, args.steps, list(args.overrides), "loop"
+    seeds, steps, extra, stem = args.seeds, args.steps, list(args.overrides), args.name or "loop"
+    heldout_tasks, heldout_k = args.heldout_tasks, args.heldout_k
     if args.quick:
-        seeds, steps, extra, stem = QUICK["seeds"], QUICK["steps"], QUICK["set"] + extra, "loop-quick"
+        seeds, steps, extra, stem = QUICK["seeds"], QUICK["steps"], QUICK["set"] + extra, f"{stem}-quick"
+        heldout_tasks, heldout_k = 1, 2
     try:
-        _ensure_tasks(args.tasks_dir)
-        exp = LoopExperiment(config=args.config, arms=[a.strip() for a in args.arms.split(",") if a.strip()],
-                             seeds=seeds, steps=steps, work=args.work / stem, tasks_dir=args.tasks_dir, extra=extra)
         from trainer.config import load_config
 
-        load_config(exp.config, extra)  # a bad override fails here, not after the first arm
+        base = load_config(args.config, extra)  # a bad override fails here, not after the first arm
+        own_tasks = base.tasks.split or base.tasks.instances
+        tasks_dir = args.tasks_dir or (None if own_tasks else DEFAULT_TASKS)
+        if tasks_dir is not None:
+            _ensure_tasks(tasks_dir)
+        if base.warmstart.enabled and base.warmstart.tasks_dir:
+            _ensure_tasks(Path(base.warmstart.tasks_dir))
+        split = args.heldout_split if args.heldout_split is not None else ("heldout" if base.tasks.split else "")
+        _ensure_repos(base)
+        exp = LoopExperiment(config=args.config, arms=[a.strip() for a in args.arms.split(",") if a.strip()],
+                             seeds=seeds, steps=steps, work=args.work / stem, tasks_dir=tasks_dir, extra=extra,
+                             heldout_split=split, heldout_tasks=heldout_tasks, heldout_k=heldout_k)
+        for arm in exp.arms:
+            cfg = exp.config_for(arm, 0)
+            if cfg.grader.judge == "llm" and cfg.grader.adapter and not Path(cfg.grader.adapter).is_dir():
+                raise ValueError(f"arm {arm} needs the learned judge's adapter at {cfg.grader.adapter}: train it "
+                                 "with `make judge`, or pass --set grader.adapter=DIR")
     except (ValueError, VerdictError) as exc:
         print(f"gagar experiment loop: {exc}", file=sys.stderr)
         return 2
     est = exp.estimate_s()
-    print(f"loop: {len(exp.arms)} arms × {seeds} seeds × {steps} steps; estimated {est / 60:.0f} min on a quiet "
-          f"2-core machine (runs in {exp.work}, finished runs reused)", flush=True)
+    print(f"loop: {len(exp.arms)} arms × {seeds} seeds × {steps} steps"
+          + (f", held-out {split} ({heldout_tasks or 'all'} tasks, greedy + {heldout_k} samples)" if split else "")
+          + f"; estimated {est / 60:.0f} min on a quiet 2-core machine (runs in {exp.work}, finished runs reused)",
+          flush=True)
     result = _clean(run_experiment(exp, log=lambda m: print(m, flush=True)))
     write_json_atomic(args.out / f"{stem}.json", result)
     plot_loop(result, args.out / f"{stem}.png")
     print(f"loop: {result['seconds']} s -> {args.out / (stem + '.json')}, {args.out / (stem + '.png')}")
     for arm, data in result["results"].items():
-        f = data["final"]
-        print(f"  {arm:<11} (last {result['tail_steps']} steps) pass {fmt(f['pass_rate']['mean'])} "
-              f"± {fmt(f['pass_rate']['std'])}  minimal share {fmt(f['minimal_share']['mean'])}  "
-              f"passing diff lines {fmt(f['passing_diff_lines']['mean'])}")
+        f, h = data["final"], data["heldout"] or {}
+        print(f"  {arm:<15} (last {result['tail_steps']} steps) pass {fmt(f['pass_rate']['mean'])} "
+              f"± {fmt(f['pass_rate']['std'])}  passing diff lines {fmt(f['passing_diff_lines']['mean'])}  "
+              f"scope creep {fmt(f['scope_creep']['mean'])}"
+              + (f"  held-out pass@1 {fmt(h['pass1_greedy']['mean'])} ± {fmt(h['pass1_greedy']['std'])}, "
+                 f"pass@{heldout_k} {fmt(h[f'pass{heldout_k}']['mean'])}" if h else ""))
     return 0
+
+
+def _ensure_repos(cfg: Any) -> None:
+    """A synthesized set's task repositories are rebuilt from its sources on first use (`gagar tasks repos`)."""
+    inst, repos = cfg.tasks.instances_path(), cfg.tasks.repos_path()
+    if repos.is_dir() or not (inst.parent / "tasks_meta.jsonl").is_file():
+        return
+    from synth.rebuild import rebuild
+
+    print(f"rebuilding the task repositories of {inst.parent} into {repos.parent} (gagar tasks repos) ...",
+          file=sys.stderr, flush=True)
+    if repos.name != "repos":
+        raise ValueError(f"tasks.repos_dir must end in /repos to be rebuilt here (got {repos}); run "
+                         f"`gagar tasks repos {inst.parent} --out DIR` and set tasks.repos_dir=DIR/repos")
+    repos.parent.mkdir(parents=True, exist_ok=True)
+    rebuild(inst.parent, repos.parent.resolve())
 
 
 def main(argv: list[str]) -> int:

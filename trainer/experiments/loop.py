@@ -23,20 +23,29 @@ from typing import Any
 
 from sandbox.jsonl import read_jsonl
 from sandbox.records import EvalResult
+from trainer.config import TrainConfig
+from trainer.experiments.scope import Scope, task_scope
 from trainer.experiments.verdicts import diff_size
 
 # arm name -> overrides of the base config (the default composition is whatever the config file says)
 ARMS: dict[str, list[str]] = {
     "grpo": ["advantage.mode=grpo"],
-    "grpo+gagar": ["advantage.mode=grpo+gagar"],
+    "grpo+gagar": ["advantage.mode=grpo+gagar"],  # with the config's grader (the heuristic by default)
+    # the learned judge of `make judge`: SmolLM2-135M-Instruct + its LoRA adapter
+    "grpo+gagar-llm": ["advantage.mode=grpo+gagar", "grader.judge=llm", "grader.model=smollm2-135m-instruct",
+                       "grader.adapter=.gagar/models/judge"],
     "gapo+gagar": ["advantage.mode=gapo+gagar"],
+    "downweight": ["advantage.mode=grpo+downweight"],
     "control": ["optim.lr=0"],
 }
-METRICS = ("pass_rate", "minimal_share", "passing_diff_lines", "policy_tokens_mean", "adv_std",
-           "adv_pass_max_after", "gagar_groups", "judge_fallbacks")
-# Wall-clock seconds per RL step and per warm start of the tiny config on a quiet 2-core machine (measured
-# by this experiment's own runs; used only for the estimate printed before starting).
-STEP_S, WARMSTART_S = 9.0, 60.0
+METRICS = ("pass_rate", "minimal_share", "passing_diff_lines", "passing_files", "scope_creep",
+           "out_of_scope_lines", "policy_tokens_mean", "adv_std", "adv_pass_max_after", "gagar_groups",
+           "judge_fallbacks", "hacks_sandbox", "hacks_grader", "gen_s", "eval_s", "check_s", "rank_s", "update_s")
+HELDOUT = ("pass1_greedy", "pass1_sampled", "passing_diff_lines", "passing_files", "scope_creep",
+           "out_of_scope_lines", "tokens_mean", "hacks_sandbox")
+# Wall-clock seconds per RL step, per warm start and per held-out task (greedy + k samples) on a quiet 2-core
+# machine, per config (measured by this experiment's own runs; used only for the estimate printed first).
+TIMING = {"tiny": (9.0, 60.0, 2.0), "smol": (150.0, 460.0, 40.0)}
 
 
 @dataclass
@@ -46,24 +55,40 @@ class LoopExperiment:
     seeds: int = 3
     steps: int = 24
     work: Path = Path(".gagar/experiments/loop")
-    tasks_dir: Path = Path(".gagar/tasks")
+    tasks_dir: Path | None = Path(".gagar/tasks")  # None: the tasks the config names
     extra: list[str] = field(default_factory=list)  # more --set overrides for every run
+    heldout_split: str = ""  # a split of the task set to measure every trained policy on ("" = none)
+    heldout_tasks: int = 16  # a fixed subset of it, the same for every run (0 = all)
+    heldout_k: int = 4  # samples per held-out task for pass@k
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown:
             raise ValueError(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
-        if not (self.tasks_dir / "expected.jsonl").is_file():
-            raise ValueError(f"{self.tasks_dir} holds no bundled tasks (expected.jsonl); build them with "
+        if self.tasks_dir is not None and not (self.tasks_dir / "instances.jsonl").is_file():
+            raise ValueError(f"{self.tasks_dir} holds no tasks (instances.jsonl); build the bundled ones with "
                              f"`python examples/build_tasks.py --out {self.tasks_dir}` (or `make tasks`)")
 
     def run_dir(self, arm: str, seed: int) -> Path:
         return self.work / f"{arm}-seed{seed}"
 
+    def overrides(self, arm: str, seed: int) -> list[str]:
+        tasks = [f"tasks.dir={self.tasks_dir}"] if self.tasks_dir is not None else []
+        return [f"steps={self.steps}", f"seed={seed}", f"out={self.run_dir(arm, seed)}", *tasks,
+                "tensorboard=false", *ARMS[arm], *self.extra]
+
+    def config_for(self, arm: str, seed: int) -> TrainConfig:
+        from trainer.config import load_config
+
+        return load_config(self.config, self.overrides(arm, seed))
+
     def estimate_s(self) -> float:
+        step_s, warm_s, task_s = TIMING["smol" if "smol" in str(self.config_for(self.arms[0], 0).model.name_or_path)
+                                       else "tiny"]
         todo = [(a, s) for a in self.arms for s in range(self.seeds) if not _done(self.run_dir(a, s), self.steps)]
         seeds_to_warm = len({s for _, s in todo})
-        return len(todo) * self.steps * STEP_S + seeds_to_warm * WARMSTART_S
+        heldout = len(todo) * (self.heldout_tasks or 1) * task_s if self.heldout_split else 0.0
+        return len(todo) * self.steps * step_s + seeds_to_warm * warm_s + heldout
 
 
 def _done(run: Path, steps: int) -> bool:
@@ -82,7 +107,10 @@ def _norm(patch: str) -> str:
 
 
 def quality_labels(tasks_dir: Path) -> dict[tuple[str, str], str]:
-    """(instance_id, normalised patch) -> the bundled rollout's kind (minimal, gold, bloated, ...)."""
+    """(instance_id, normalised patch) -> the bundled rollout's kind (minimal, gold, bloated, ...); empty for a
+    task set without labelled rollouts (`expected.jsonl`)."""
+    if not (tasks_dir / "expected.jsonl").is_file():
+        return {}
     kinds = {(e["instance_id"], str(e["rollout_id"])): e["kind"] for e in read_jsonl(tasks_dir / "expected.jsonl")}
     out: dict[tuple[str, str], str] = {}
     for p in read_jsonl(tasks_dir / "predictions.jsonl"):
@@ -100,45 +128,72 @@ def _patch_of(row: dict[str, Any]) -> str:
     return ""
 
 
-def step_quality(run: Path, step: int, labels: dict[tuple[str, str], str]) -> dict[str, float | None]:
-    """Quality of the step's passing rollouts, from the sandbox's own per-step results and patch logs."""
-    kinds: list[str] = []
-    lines: list[int] = []
-    for res in sorted((run / "sandbox" / f"step_{step:06d}").rglob("results.jsonl")):
-        for row in read_jsonl(res, skip_bad=True):
-            r = EvalResult.from_dict(row)
-            if not r.passed:
-                continue
-            patch = _patch_of(row)
-            kinds.append(labels.get((r.instance_id, _norm(patch)), "other"))
-            lines.append(diff_size(patch)[0])
-    if not kinds:
-        return {"minimal_share": None, "passing_diff_lines": None}
-    return {"minimal_share": kinds.count("minimal") / len(kinds), "passing_diff_lines": sum(lines) / len(lines)}
+class Quality:
+    """The quality of a step's passing rollouts, read from the sandbox's own per-step results and patch logs: the
+    share of the bundled minimal patch (labelled task sets), size, and scope against the reference fix."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        from trainer.tasks import load_instances
+
+        self.labels = quality_labels(Path(cfg.tasks.dir))
+        self.instances = load_instances(cfg)
+        self.repos = cfg.tasks.repos_path()
+        self._scopes: dict[str, Scope] = {}
+
+    def scope(self, iid: str) -> Scope:
+        if iid not in self._scopes:
+            inst = self.instances[iid]
+            self._scopes[iid] = task_scope(inst, self.repos / inst.repo_dirname)
+        return self._scopes[iid]
+
+    def step(self, run: Path, step: int) -> dict[str, float | None]:
+        kinds: list[str] = []
+        sizes: list[tuple[int, int]] = []
+        outside: list[int] = []
+        for res in sorted((run / "sandbox" / f"step_{step:06d}").rglob("results.jsonl")):
+            for row in read_jsonl(res, skip_bad=True):
+                r = EvalResult.from_dict(row)
+                if not r.passed or r.instance_id not in self.instances:
+                    continue
+                patch = _patch_of(row)
+                kinds.append(self.labels.get((r.instance_id, _norm(patch)), "other"))
+                sizes.append(diff_size(patch))
+                outside.append(self.scope(r.instance_id).outside(patch))
+        if not kinds:
+            return {"minimal_share": None, "passing_diff_lines": None, "passing_files": None,
+                    "scope_creep": None, "out_of_scope_lines": None}
+        n = len(kinds)
+        return {"minimal_share": kinds.count("minimal") / n if self.labels else None,
+                "passing_diff_lines": sum(a for a, _ in sizes) / n, "passing_files": sum(b for _, b in sizes) / n,
+                "scope_creep": sum(o > 0 for o in outside) / n, "out_of_scope_lines": sum(outside) / n}
 
 
-def run_arm(exp: LoopExperiment, arm: str, seed: int, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Train one arm for one seed (resuming a cut run), then return its per-step rows."""
+def run_arm(exp: LoopExperiment, arm: str, seed: int, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train one arm for one seed (resuming a cut run), measure it on the held-out tasks, and return its per-step
+    rows and held-out figures."""
     from trainer.checkpoint import latest_checkpoint
-    from trainer.config import load_config
     from trainer.loop import train
 
     run = exp.run_dir(arm, seed)
+    cfg = exp.config_for(arm, seed)
     if not _done(run, exp.steps):
-        overrides = [f"steps={exp.steps}", f"seed={seed}", f"out={run}", f"tasks.dir={exp.tasks_dir}",
-                     "tensorboard=false", *ARMS[arm], *exp.extra]
-        cfg = load_config(exp.config, overrides)
         train(cfg, resume=latest_checkpoint(run) is not None, log=lambda m: None)
-    return collect(run, exp.tasks_dir, exp.steps)
+    heldout = None
+    if exp.heldout_split:
+        from trainer.experiments.heldout import evaluate_heldout
+
+        held = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"split": exp.heldout_split})})
+        heldout = evaluate_heldout(held, run, max_tasks=exp.heldout_tasks, k=exp.heldout_k, log=lambda m: None)
+    return {"steps": collect(run, cfg, exp.steps), "heldout": heldout}
 
 
-def collect(run: Path, tasks_dir: Path, steps: int) -> list[dict[str, Any]]:
-    labels = quality_labels(tasks_dir)
+def collect(run: Path, cfg: TrainConfig, steps: int) -> list[dict[str, Any]]:
+    quality = Quality(cfg)
     rows = {r["step"]: r for r in read_jsonl(run / "metrics.jsonl", skip_bad=True)}
     out = []
     for step in range(1, steps + 1):
         m = rows.get(step, {})
-        out.append({"step": step, **{k: m.get(k) for k in METRICS}, **step_quality(run, step, labels)})
+        out.append({"step": step, **{k: m.get(k) for k in METRICS}, **quality.step(run, step)})
     return out
 
 
@@ -151,24 +206,28 @@ def _stats(values: list[float | None]) -> dict[str, float | None]:
     return {"mean": mean, "std": std, "n": len(v)}
 
 
-def aggregate(per_seed: dict[str, list[list[dict[str, Any]]]], steps: int, tail: int) -> dict[str, Any]:
-    """Per arm: mean ± std over seeds at every step, and over the last `tail` steps of each seed."""
+def aggregate(per_seed: dict[str, list[dict[str, Any]]], steps: int, tail: int, k: int) -> dict[str, Any]:
+    """Per arm: mean ± std over seeds at every step, over the last `tail` steps of each seed, and of the
+    held-out figures."""
     out: dict[str, Any] = {}
     for arm, seeds in per_seed.items():
-        curves = {m: [_stats([s[i].get(m) for s in seeds]) for i in range(steps)] for m in METRICS}
+        rows = [s["steps"] for s in seeds]
+        curves = {m: [_stats([s[i].get(m) for s in rows]) for i in range(steps)] for m in METRICS}
 
         def tail_mean(s: list[dict[str, Any]], m: str) -> float | None:
             v = [r.get(m) for r in s[-tail:] if r.get(m) is not None]
             return sum(v) / len(v) if v else None
 
-        final = {m: _stats([tail_mean(s, m) for s in seeds]) for m in METRICS}
-        out[arm] = {"curves": curves, "final": final}
+        final = {m: _stats([tail_mean(s, m) for s in rows]) for m in METRICS}
+        held = [s["heldout"] for s in seeds if s.get("heldout")]
+        heldout = {m: _stats([h.get(m) for h in held]) for m in (*HELDOUT, f"pass{k}")} if held else None
+        out[arm] = {"curves": curves, "final": final, "heldout": heldout}
     return out
 
 
 def run_experiment(exp: LoopExperiment, log: Callable[[str], None] = print) -> dict[str, Any]:
     t0 = time.monotonic()
-    per_seed: dict[str, list[list[dict[str, Any]]]] = {a: [] for a in exp.arms}
+    per_seed: dict[str, list[dict[str, Any]]] = {a: [] for a in exp.arms}
     total = len(exp.arms) * exp.seeds
     k = 0
     for seed in range(exp.seeds):  # seed-major: a cut experiment still has every arm for the first seeds
@@ -176,14 +235,17 @@ def run_experiment(exp: LoopExperiment, log: Callable[[str], None] = print) -> d
             k += 1
             t = time.monotonic()
             per_seed[arm].append(run_arm(exp, arm, seed, log))
-            last = per_seed[arm][-1][-1]
+            last, held = per_seed[arm][-1]["steps"][-1], per_seed[arm][-1]["heldout"] or {}
             log(f"[{k}/{total}] {arm} seed {seed}: {time.monotonic() - t:.0f} s, last-step pass rate "
-                f"{fmt(last.get('pass_rate'))}, minimal share {fmt(last.get('minimal_share'))}")
+                f"{fmt(last.get('pass_rate'))}, passing diff lines {fmt(last.get('passing_diff_lines'))}"
+                + (f", held-out pass@1 {fmt(held.get('pass1_greedy'))}" if held else ""))
     tail = max(1, exp.steps // 4)
     return {
         "config": str(exp.config), "arms": {a: ARMS[a] for a in exp.arms}, "extra": exp.extra,
         "seeds": exp.seeds, "steps": exp.steps, "tail_steps": tail, "seconds": round(time.monotonic() - t0, 1),
-        "metrics": list(METRICS), "results": aggregate(per_seed, exp.steps, tail),
+        "heldout": {"split": exp.heldout_split, "tasks": exp.heldout_tasks, "k": exp.heldout_k}
+        if exp.heldout_split else None,
+        "metrics": list(METRICS), "results": aggregate(per_seed, exp.steps, tail, exp.heldout_k),
         "per_seed": per_seed,
     }
 

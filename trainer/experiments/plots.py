@@ -108,33 +108,50 @@ def plot_skew(result: dict[str, Any], path: Path) -> None:
 
 
 _LOOP_PANELS = (
-    ("pass_rate", "pass rate"),
-    ("minimal_share", "minimal share of passing"),
+    ("pass_rate", "train pass rate"),
     ("passing_diff_lines", "diff lines of passing (mean)"),
+    ("scope_creep", "passing patches out of scope"),
     ("policy_tokens_mean", "policy tokens per rollout"),
-    ("adv_std", "advantage std"),
+    ("minimal_share", "minimal share of passing (labelled tasks)"),
     ("adv_pass_max_after", "max passing advantage after GAGAR"),
     ("gagar_groups", "groups GAGAR could act on"),
     ("judge_fallbacks", "judge fallbacks"),
 )
+_HELDOUT_BARS = (("pass1_greedy", "held-out pass@1 (greedy)"), ("passk", "held-out pass@k"),
+                 ("passing_diff_lines", "held-out passing diff lines"), ("scope_creep", "held-out out of scope"))
 
 
 def plot_loop(result: dict[str, Any], path: Path) -> Path:
-    """One panel per metric: each arm's mean over seeds per step, shaded ± one std."""
-    fig, axes = plt.subplots(2, 4, figsize=(17, 7.5))
+    """One panel per step metric (each arm's mean over seeds, shaded ± one std); with held-out figures, a last
+    row of bars (mean ± std over seeds) per arm."""
+    held = result.get("heldout")
+    rows = 3 if held else 2
+    fig, axes = plt.subplots(rows, 4, figsize=(17, 3.75 * rows))
     steps = np.arange(1, result["steps"] + 1)
-    for ax, (key, title) in zip(axes.flat, _LOOP_PANELS, strict=True):
+    for ax, (key, title) in zip(axes.flat, _LOOP_PANELS, strict=False):
         for arm, data in result["results"].items():
             curve = data["curves"].get(key) or []
             mean = np.array([np.nan if c["mean"] is None else c["mean"] for c in curve], dtype=float)
             std = np.array([0.0 if c["std"] is None else c["std"] for c in curve], dtype=float)
             style = "--" if arm == "control" else "-"
-            (line,) = ax.plot(steps[: len(mean)], mean, style, label=arm)
+            (line,) = ax.plot(steps[: len(mean)], mean, style, marker="o" if len(mean) < 12 else None, label=arm)
             ax.fill_between(steps[: len(mean)], mean - std, mean + std, color=line.get_color(), alpha=0.15)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"gagar experiment loop: {result['seeds']} seeds × {result['steps']} steps (mean ± std)")
+    if held:
+        arms = list(result["results"])
+        for ax, (key, title) in zip(axes[2], _HELDOUT_BARS, strict=True):
+            key = f"pass{held['k']}" if key == "passk" else key
+            vals = [(result["results"][a]["heldout"] or {}).get(key) or {} for a in arms]
+            mean = [np.nan if v.get("mean") is None else v["mean"] for v in vals]
+            std = [0.0 if v.get("std") is None else v["std"] for v in vals]
+            ax.bar(range(len(arms)), mean, yerr=std, capsize=3, color=[f"C{i}" for i in range(len(arms))])
+            ax.set_xticks(range(len(arms)), arms, rotation=25, fontsize=8, ha="right")
+            ax.set_title(title.replace("pass@k", f"pass@{held['k']}"), fontsize=10)
+            ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"gagar experiment loop: {result['seeds']} seeds × {result['steps']} steps (mean ± std)"
+                 + (f"; held-out: {held['tasks'] or 'all'} tasks of split {held['split']}" if held else ""))
     _save(fig, path)
     return path

@@ -1,0 +1,175 @@
+"""The loop experiment on a real policy: its pieces (task splits, the windowed single-turn context, the scope of a
+patch against the reference fix, held-out pass@k) and, slow, `gagar experiment loop --quick` on
+configs/loop_real.yaml with the pretrained SmolLM2 policy on a two-project cut of the synthesized tasks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from sandbox.records import Instance
+from trainer.agent.prompts import _window, context_files
+from trainer.config import TasksConfig
+from trainer.experiments.heldout import heldout_ids, pass_at_k
+from trainer.experiments.scope import task_scope
+from trainer.tasks import load_instances
+
+ROOT = Path(__file__).resolve().parents[1]
+SYNTH = ROOT / "examples" / "synth"
+
+
+def _git(root: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def _repo_with_fix(root: Path, base: str, fixed: str) -> tuple[Path, str, str]:
+    """A repository acme/demo whose base commit holds `base` as mod.py; returns (repo, base commit, the diff to
+    `fixed`)."""
+    repo = root / "acme__demo"
+    repo.mkdir(parents=True)
+    (repo / "mod.py").write_text(base)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    commit = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "mod.py").write_text(fixed)
+    patch = _git(repo, "diff")
+    _git(repo, "checkout", "-q", "--", "mod.py")
+    return repo, commit, patch
+
+
+def _instance(commit: str, patch: str) -> Instance:
+    return Instance.from_dict({"instance_id": "acme__demo-1", "repo": "acme/demo", "base_commit": commit,
+                               "patch": patch, "FAIL_TO_PASS": ["t.py::t"], "PASS_TO_PASS": []})
+
+
+def _diff(base: str, changed: str, tmp: Path) -> str:
+    return _repo_with_fix(tmp, base, changed)[2]
+
+
+def test_pass_at_k_is_the_unbiased_estimator() -> None:
+    for n in range(1, 11):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                want = 1.0 - comb(n - c, k) / comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12), (n, c, k)
+
+
+def test_heldout_subset_is_fixed_and_independent_of_order() -> None:
+    ids = [f"t-{i}" for i in range(40)]
+    a, b = heldout_ids(ids, 7), heldout_ids(list(reversed(ids)), 7)
+    assert a == b and len(a) == 7 and set(a) <= set(ids)
+    assert heldout_ids(ids, 0) == sorted(ids) and heldout_ids(ids, 99) == sorted(ids)
+
+
+def test_tasks_split_keeps_one_split_and_names_what_is_wrong(tmp_path: Path) -> None:
+    rows = [json.loads(ln) for ln in (SYNTH / "instances.jsonl").read_text().splitlines()[:6]]
+    (tmp_path / "instances.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ids = [r["instance_id"] for r in rows]
+    tasks = TasksConfig(dir=str(tmp_path), split="train")
+    with pytest.raises(ValueError, match="splits.json"):
+        load_instances(tasks)
+    (tmp_path / "splits.json").write_text(json.dumps({"seed": 0, "train": ids[:4], "heldout": ids[4:]}))
+    assert sorted(load_instances(tasks)) == sorted(ids[:4])
+    assert sorted(load_instances(TasksConfig(dir=str(tmp_path), split="heldout"))) == sorted(ids[4:])
+    assert len(load_instances(TasksConfig(dir=str(tmp_path)))) == 6
+    with pytest.raises(ValueError, match="has no split 'dev'.*train, heldout"):
+        load_instances(TasksConfig(dir=str(tmp_path), split="dev"))
+
+
+def test_a_large_oracle_file_is_shown_around_the_fix(tmp_path: Path) -> None:
+    base = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(200))
+    fixed = base.replace("return x + 150\n", "return x - 150\n")
+    repo, commit, patch = _repo_with_fix(tmp_path / "repos", base, fixed)
+    (path, text), = context_files(_instance(commit, patch), repo, 400)
+    assert "return x + 150" in text and len(text) <= 400
+    lo, hi = (int(x) for x in path.split("(lines ")[1].split(" of")[0].split("-"))
+    assert path.startswith("mod.py (lines ") and path.endswith(f" of {base.count(chr(10)) + 1})")
+    assert lo <= 452 <= hi  # `return x + 150` is line 452
+    assert text == "".join(base.splitlines(keepends=True)[lo - 1 : hi])
+    # a file that fits is shown whole, without a line range
+    (whole_path, whole), = context_files(_instance(commit, patch), repo, 10**6)
+    assert whole_path == "mod.py" and whole == base
+
+
+@pytest.mark.parametrize("centre", [1, 2, 50, 99, 100])
+def test_window_holds_whole_lines_around_the_centre(centre: int) -> None:
+    text = "".join(f"line {i:03d} {'x' * (i % 7)}\n" for i in range(1, 101))
+    shown, lo, hi = _window(text, centre, 120)
+    assert lo <= centre <= hi and len(shown) <= 120
+    assert shown == "".join(text.splitlines(keepends=True)[lo - 1 : hi])
+    assert abs((centre - lo) - (hi - centre)) <= 2 or lo == 1 or hi == 100  # centred unless at an edge
+
+
+def test_scope_counts_changes_outside_the_functions_the_fix_changes(tmp_path: Path) -> None:
+    base = ("import os\n\n\ndef f(x):\n    y = x + 1\n    return y\n\n\n"
+            "def g(x):\n    return x * 2\n\n\nclass C:\n    def m(self):\n        return 1\n")
+    fix = base.replace("    y = x + 1\n", "    y = x - 1\n")
+    repo, commit, gold = _repo_with_fix(tmp_path / "repos", base, fix)
+    scope = task_scope(_instance(commit, gold), repo)
+    assert scope.outside(gold) == 0
+    in_scope = _diff(base, base.replace("    return y\n", "    return y  # fixed\n").replace("x + 1", "x - 1"),
+                     tmp_path / "a")
+    assert scope.outside(in_scope) == 0
+    creep = _diff(base, fix.replace("return x * 2", "return x * 3").replace("import os\n", "import os\nimport re\n"),
+                  tmp_path / "b")
+    assert scope.outside(creep) == 3  # g's line removed and added, and the new module-level import
+    method = _diff(base, fix.replace("        return 1\n", "        return 2\n"), tmp_path / "c")
+    assert scope.outside(method) == 2
+    assert scope.outside("not a diff") == 0
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_quick_loop_experiment_on_the_real_policy(bundled_tasks: Path, tmp_path: Path) -> None:
+    """Two projects of the synthesized set (one train, one held out), the pretrained policy with LoRA, two arms:
+    the output's shape, held-out figures for every arm, and a control arm whose adapter is still PEFT's zero
+    initialisation after its RL steps."""
+    from model_fixtures import models_cache
+    from safetensors.torch import load_file
+
+    from trainer.experiments.cli import main
+
+    keep = {"train": "pypi/cachetools", "heldout": "pypi/inflection"}
+    mini = tmp_path / "set"
+    mini.mkdir()
+    rows = [json.loads(ln) for ln in (SYNTH / "instances.jsonl").read_text().splitlines() if ln.strip()]
+    rows = [r for r in rows if r["repo"] in keep.values()]
+    ids = {r["instance_id"] for r in rows}
+    (mini / "instances.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    meta = [ln for ln in (SYNTH / "tasks_meta.jsonl").read_text().splitlines() if json.loads(ln)["instance_id"] in ids]
+    (mini / "tasks_meta.jsonl").write_text("\n".join(meta) + "\n")
+    manifest = json.loads((SYNTH / "manifest.json").read_text())
+    manifest["sources"] = [s for s in manifest["sources"] if s["repo"] in keep.values()]
+    (mini / "manifest.json").write_text(json.dumps(manifest))
+    splits = {name: sorted(r["instance_id"] for r in rows if r["repo"] == repo) for name, repo in keep.items()}
+    (mini / "splits.json").write_text(json.dumps(splits))
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    rc = main(["loop", "--config", str(ROOT / "configs" / "loop_real.yaml"), "--quick", "--arms",
+               "grpo+gagar,control", "--out", str(out), "--work", str(work),
+               "--set", f"model.cache_dir={json.dumps(str(models_cache()))}",
+               "--set", f"tasks.instances={json.dumps(str(mini / 'instances.jsonl'))}",
+               "--set", f"tasks.repos_dir={json.dumps(str(tmp_path / 'synth' / 'repos'))}",
+               "--set", "warmstart.enabled=false", "--set", "rollout.max_new_tokens=48"])
+    assert rc == 0
+    result = json.loads((out / "loop-quick.json").read_text())
+    assert (out / "loop-quick.png").stat().st_size > 10_000
+    assert result["heldout"] == {"split": "heldout", "tasks": 1, "k": 2}
+    for arm in ("grpo+gagar", "control"):
+        seed = result["per_seed"][arm][0]
+        assert [r["step"] for r in seed["steps"]] == [1, 2]
+        held = seed["heldout"]
+        assert held["tasks"] and set(held["tasks"]) <= set(splits["heldout"])
+        assert 0.0 <= held["pass1_greedy"] <= 1.0 and 0.0 <= held["pass2"] <= 1.0
+        assert result["results"][arm]["heldout"]["pass1_greedy"]["n"] == 1
+    ckpts = sorted((work / "loop-quick" / "control-seed0" / "checkpoints").glob("step_*"))
+    weights = load_file(str(ckpts[-1] / "weights" / "adapter_model.safetensors"))
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert lora_b and all(int((v != 0).sum()) == 0 for v in lora_b)
