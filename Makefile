@@ -8,7 +8,7 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: swebench experiment-loop setup venv docker images tasks env-tasks demo demo-smol test test-full lint bench reliability judge clean
+.PHONY: swebench experiment-loop experiment-loop-real setup venv docker images tasks env-tasks demo demo-smol test test-full lint bench reliability judge clean
 
 setup: venv docker images tasks
 
@@ -80,6 +80,15 @@ swebench: setup
 experiment-loop: setup
 	$(GAGAR) experiment loop --arms grpo,grpo+gagar,control --seeds 3 --steps 12 --out bench/results/experiments
 
+# The loop on the pretrained policy, synthesized train tasks, held-out pass rates (docs/experiments.md). The
+# grpo+gagar-llm arm uses the judge of `make judge` (.gagar/models/judge).
+LOOP_REAL_ARMS ?= grpo,grpo+gagar,grpo+gagar-llm,downweight,control
+LOOP_REAL_SEEDS ?= 3
+LOOP_REAL_STEPS ?= 4
+experiment-loop-real: setup
+	$(GAGAR) experiment loop --config configs/loop_real.yaml --stem loop-real --arms $(LOOP_REAL_ARMS) \
+	    --seeds $(LOOP_REAL_SEEDS) --steps $(LOOP_REAL_STEPS) --heldout-tasks 8 --heldout-k 4 --out bench/results/experiments
+
 reliability: setup
 	$(PY) bench/reliability.py
 
@@ -101,7 +110,7 @@ judge: venv tasks
 	    --variants 3 --groups-per-instance 2 --split repo --val-fraction 0 --inverted --no-findings 0.5 --inspect none
 	$(JUDGE_ENV) $(GAGAR) sft train --config configs/judge_cpu.yaml
 	$(JUDGE_ENV) $(PY) bench/judge.py --data $(WORK)/judge/data --adapter $(WORK)/models/judge \
-	    --run-dir $(WORK)/judge/run --every 2 --base-groups 24
+	    --run-dir $(WORK)/judge/run --every 3 --base-groups 8 --cli-groups 4
 
 clean:
 	-$(GAGAR) sandbox gc

@@ -157,7 +157,8 @@ def test_quick_loop_experiment_on_the_real_policy(bundled_tasks: Path, tmp_path:
                "--set", f"model.cache_dir={json.dumps(str(models_cache()))}",
                "--set", f"tasks.instances={json.dumps(str(mini / 'instances.jsonl'))}",
                "--set", f"tasks.repos_dir={json.dumps(str(tmp_path / 'synth' / 'repos'))}",
-               "--set", "warmstart.enabled=false", "--set", "rollout.max_new_tokens=48"])
+               "--set", "warmstart.max_examples=2", "--set", "warmstart.epochs=1",
+               "--set", "rollout.max_new_tokens=48"])
     assert rc == 0
     result = json.loads((out / "loop-quick.json").read_text())
     assert (out / "loop-quick.png").stat().st_size > 10_000
@@ -173,3 +174,22 @@ def test_quick_loop_experiment_on_the_real_policy(bundled_tasks: Path, tmp_path:
     weights = load_file(str(ckpts[-1] / "weights" / "adapter_model.safetensors"))
     lora_b = [v for k, v in weights.items() if "lora_B" in k]
     assert lora_b and all(int((v != 0).sum()) == 0 for v in lora_b)
+
+
+def test_a_task_set_without_rollouts_warm_starts_on_its_reference_fixes(tmp_path: Path) -> None:
+    from trainer.config import load_config
+    from trainer.warmstart import warmstart_examples
+
+    rows = [json.loads(ln) for ln in (SYNTH / "instances.jsonl").read_text().splitlines()[:10]]
+    (tmp_path / "instances.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(ROOT / "configs" / "loop_real.yaml", [f"tasks.instances={tmp_path / 'instances.jsonl'}",
+                                                            "tasks.split=\"\"", "warmstart.max_examples=4"])
+    instances = load_instances(cfg)
+    got = warmstart_examples(cfg, instances)
+    assert len(got) == 4 and {k for _, k, _ in got} == {"gold"}
+    assert all(p == "".join(ln for ln in instances[i].patch.splitlines(keepends=True) if not ln.startswith("index "))
+               for i, _, p in got)
+    seeds = {tuple(i for i, _, _ in warmstart_examples(cfg.model_copy(update={"seed": s}), instances)) for s in (0, 1)}
+    assert len(seeds) == 1  # the same subset for every seed: seeds differ in sampling, not in what is imitated
+    cfg_all = cfg.model_copy(update={"warmstart": cfg.warmstart.model_copy(update={"max_examples": 0})})
+    assert len(warmstart_examples(cfg_all, instances)) == 10

@@ -196,6 +196,7 @@ class WarmstartConfig(_Section):
     predictions: Str = ""
     expected: Str = ""
     kinds: StrList = Field(default_factory=lambda: ["gold", "minimal", "bloated", "wrong"])
+    max_examples: int = Field(0, ge=0)  # a fixed subset of the examples (0 = all)
     epochs: int = Field(30, ge=1)
     lr: float = Field(3e-3, gt=0)
     batch_size: int = Field(8, ge=1)

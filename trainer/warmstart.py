@@ -60,9 +60,27 @@ def warmstart_tasks(cfg: TrainConfig, instances: dict[str, Instance]) -> tuple[d
 
 
 def warmstart_examples(cfg: TrainConfig, instances: dict[str, Instance]) -> list[tuple[str, str, str]]:
-    """(instance_id, kind, patch) for every bundled rollout of a wanted kind on one of `instances`."""
-    tdir = Path(cfg.warmstart.tasks_dir or cfg.tasks.dir)
-    preds = _read_jsonl(Path(cfg.warmstart.predictions or tdir / "predictions.jsonl"))
+    """(instance_id, kind, patch) for every bundled rollout of a wanted kind on one of `instances`; a task set
+    without rollouts (no predictions file, e.g. `gagar tasks synth`'s) gives its reference fixes as `gold`.
+    `warmstart.max_examples` keeps a fixed subset (the same for every seed)."""
+    w = cfg.warmstart
+    tdir = Path(w.tasks_dir or cfg.tasks.instances_path().parent)
+    pred_path = Path(w.predictions or tdir / "predictions.jsonl")
+    if not pred_path.is_file() and not w.predictions and "gold" in w.kinds:
+        out = [(iid, "gold", clean_patch(inst.patch)) for iid, inst in sorted(instances.items()) if inst.patch]
+        return _subset(out, w.max_examples)
+    return _subset(_rollout_examples(cfg, instances, tdir, pred_path), w.max_examples)
+
+
+def _subset(examples: list[tuple[str, str, str]], k: int) -> list[tuple[str, str, str]]:
+    if not k or k >= len(examples):
+        return examples
+    return [examples[i] for i in sorted(random.Random(0).sample(range(len(examples)), k))]
+
+
+def _rollout_examples(cfg: TrainConfig, instances: dict[str, Instance], tdir: Path,
+                      pred_path: Path) -> list[tuple[str, str, str]]:
+    preds = _read_jsonl(pred_path)
     kinds = {(e["instance_id"], str(e["rollout_id"])): e["kind"]
              for e in _read_jsonl(Path(cfg.warmstart.expected or tdir / "expected.jsonl"))}
     out = []

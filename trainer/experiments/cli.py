@@ -3,7 +3,7 @@
     gagar experiment bloat [--seeds K] [--steps N] [--out DIR] [--verdicts FILE] [--tasks-dir DIR]
     gagar experiment skew  [--seeds K] [--steps N] [--out DIR]
     gagar experiment loop  [--config FILE] [--seeds K] [--steps N] [--arms A,B] [--out DIR] [--work DIR]
-                           [--heldout-split S] [--heldout-tasks N] [--heldout-k K] [--name STEM] [--quick]
+                           [--heldout-split S] [--heldout-tasks N] [--heldout-k K] [--stem STEM] [--quick]
                            [--set k=v]
 
 Each writes `OUT/<name>.json` and `OUT/<name>.png` (`skew --reward exact|tests` writes `skew-exact.*`,
@@ -115,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
                          "the config trains on a split, else none)")
     lp.add_argument("--heldout-tasks", type=int, default=16, help="a fixed subset of the held-out split (0: all)")
     lp.add_argument("--heldout-k", type=_positive_int, default=4, help="samples per held-out task for pass@k")
-    lp.add_argument("--name", default=None, help="output stem (default loop, loop-quick with --quick)")
+    lp.add_argument("--stem", default=None, help="output stem (default loop, loop-quick with --quick)")
     lp.add_argument("--quick", action="store_true",
                     help="1 seed × 2 steps of a cut-down config, written to OUT/<name>-quick.*: a smoke test")
     lp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -236,7 +236,7 @@ def _loop(args: argparse.Namespace) -> int:
     from trainer.experiments.loop import LoopExperiment, run_experiment
     from trainer.experiments.plots import plot_loop
 
-    seeds, steps, extra, stem = args.seeds, args.steps, list(args.overrides), args.name or "loop"
+    seeds, steps, extra, stem = args.seeds, args.steps, list(args.overrides), args.stem or "loop"
     heldout_tasks, heldout_k = args.heldout_tasks, args.heldout_k
     if args.quick:
         seeds, steps, extra, stem = QUICK["seeds"], QUICK["steps"], QUICK["set"] + extra, f"{stem}-quick"
