@@ -39,7 +39,7 @@ ARMS: dict[str, list[str]] = {
     "control": ["optim.lr=0"],
 }
 METRICS = ("pass_rate", "minimal_share", "passing_diff_lines", "passing_files", "scope_creep",
-           "out_of_scope_lines", "policy_tokens_mean", "adv_std", "adv_pass_max_after", "gagar_groups",
+           "out_of_scope_lines", "policy_tokens_mean", "adv_std", "adv_pass_max_after", "gagar_groups", "gagar_moved",
            "judge_fallbacks", "hacks_sandbox", "hacks_grader", "gen_s", "eval_s", "check_s", "rank_s", "update_s")
 HELDOUT = ("pass1_greedy", "pass1_sampled", "passing_diff_lines", "passing_files", "scope_creep",
            "out_of_scope_lines", "tokens_mean", "hacks_sandbox")
