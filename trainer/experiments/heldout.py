@@ -66,7 +66,9 @@ def evaluate_heldout(cfg: TrainConfig, run: Path, *, max_tasks: int, k: int,
     instances = {i: every[i] for i in heldout_ids(list(every), max_tasks)}
     repos = cfg.tasks.repos_path()
     ckpt = latest_checkpoint(run)
-    state = load_state(ckpt) if ckpt else {}
+    if ckpt is None:  # never build a policy here: a warm start would imitate the held-out tasks' own fixes
+        raise ValueError(f"{run} has no checkpoint to measure; train it first")
+    state = load_state(ckpt)
     pool = SandboxPool(cfg.sandbox, repos, run_id=f"heldout-{run.name}")
     policy = build_policy(cfg, instances, ckpt=ckpt, state=state, log=log)
     backend = make_backend(cfg, policy.model, policy.tokenizer, str(run), base_path=policy.base_path)
@@ -85,7 +87,7 @@ def evaluate_heldout(cfg: TrainConfig, run: Path, *, max_tasks: int, k: int,
         rows[name] = [(t.instance_id, t.patch, results[t.rollout_id]) for t in trajs if t.rollout_id in results]
         tokens += [t.policy_tokens for t in trajs] if name == "sampled" else []
     scopes = {i: task_scope(instances[i], repos / instances[i].repo_dirname) for i in ids}
-    result = {"settings": settings, "tasks": ids, "checkpoint": ckpt.name if ckpt else None,
+    result = {"settings": settings, "tasks": ids, "checkpoint": ckpt.name,
               **summarize(rows["greedy"], rows["sampled"], scopes, k),
               "tokens_mean": _mean(tokens),
               "seconds": round(time.monotonic() - t0, 1)}
