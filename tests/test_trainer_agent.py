@@ -225,3 +225,30 @@ def test_tools_keep_the_agent_inside_the_repository(tmp_path):
     assert "bad arguments" in tools.call("view", {"path": "a.py", "start": "one"})
     assert tools.call("edit", {"path": "pkg/new.py", "old": "", "new": "z = 0\n"}) == "created pkg/new.py"
     assert outside.read_text() == "top secret\n"
+
+
+def test_recount_fixes_hunk_counts_and_leaves_real_diffs_alone() -> None:
+    """A model's diff with the right lines but wrong `@@` counts becomes well formed (what `git apply --recount`
+    accepts); noise after a hunk that already reached its declared counts, and prose after the diff, are dropped;
+    a blank context line that lost its leading space is restored. Real `git diff` output is unchanged."""
+    from unidiff import PatchSet
+
+    from trainer.agent.format import recount_hunks
+
+    head = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n"
+    body = "     a = 1\n-    b = 2\n+    b = 3\n\n     c = 4\n"
+    wrong = head + "@@ -10,7 +10,9 @@ def f():\n" + body + "That fixes it.\n"
+    fixed = recount_hunks(wrong)
+    assert fixed == head + "@@ -10,4 +10,4 @@ def f():\n" + body.replace("\n\n", "\n \n")
+    (hunk,) = PatchSet(fixed)[0]
+    assert (hunk.source_length, hunk.target_length) == (4, 4)
+    # declared counts reached: the rest up to the next header is noise, the next hunk is kept
+    noisy = head + "@@ -1,2 +1,2 @@\n-x = 1\n+x = 2\n y = 0\n junk that patch ignores\n@@ -9 +9 @@\n-z\n+w\n"
+    assert recount_hunks(noisy) == head + "@@ -1,2 +1,2 @@\n-x = 1\n+x = 2\n y = 0\n@@ -9 +9 @@\n-z\n+w\n"
+    eof = head + "@@ -1 +1 @@\n-x\n+y\n\\ No newline at end of file\n"
+    assert recount_hunks(eof) == eof
+    assert recount_hunks("no hunks here\n") == "no hunks here\n"
+    synth = Path(__file__).resolve().parents[1] / "examples" / "synth" / "instances.jsonl"
+    for line in synth.read_text().splitlines()[:60]:
+        patch = json.loads(line)["patch"]
+        assert recount_hunks(patch) == patch

@@ -69,4 +69,67 @@ def extract_diff(text: str) -> str:
         return ""
     if "```" in body:
         body = body.split("```", 1)[0]
-    return body if body.endswith("\n") else body + "\n"
+    return recount_hunks(body if body.endswith("\n") else body + "\n")
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
+_FILE_HEADER = ("diff --git ", "--- ", "+++ ", "index ", "new file mode", "deleted file mode", "old mode ", "new mode ",
+                "similarity index", "rename from", "rename to")
+
+
+def recount_hunks(patch: str) -> str:
+    """Hunk headers whose line counts match their hunks, as `git apply --recount` makes them: a model writes the
+    changed lines right far more often than it counts them, and one wrong count makes a whole patch malformed.
+    A hunk whose lines reach the header's own counts ends there (what follows, up to the next header, is noise
+    that `patch` would ignore too); any other hunk gets the counts of its lines. A blank line followed by more
+    hunk lines is a blank context line whose leading space was dropped; prose after the diff is dropped. Start
+    lines are kept (`git apply` finds a hunk near them). A patch without hunks is returned as it is."""
+    lines = patch.splitlines()
+    if not any(_HUNK.match(x) for x in lines):
+        return patch
+    out: list[str] = []
+    hunk: list = []  # [header index in out, old start, new start, trailer, declared old, declared new, old, new]
+    done = False  # the current hunk reached its declared counts: skip to the next header
+
+    def close() -> None:
+        if hunk:
+            i, a, b, rest, declared_old, declared_new, old, new = hunk
+            if (old, new) != (declared_old, declared_new):
+                out[i] = f"@@ -{a},{old} +{b},{new} @@{rest}"
+            hunk.clear()
+
+    for n, line in enumerate(lines):
+        m = _HUNK.match(line)
+        if m:
+            close()
+            done = False
+            declared = (int(m.group(2) or 1), int(m.group(4) or 1))
+            hunk.extend([len(out), m.group(1), m.group(3), m.group(5), *declared, 0, 0])
+            out.append(line)
+            continue
+        if line.startswith(_FILE_HEADER) and not (hunk and not done and line[:1] in "-+" and
+                                                  not line.startswith(("--- a/", "+++ b/", "--- /dev/null"))):
+            close()
+            done = False
+            out.append(line)
+            continue
+        if done:
+            if line.startswith("\\"):  # "\ No newline at end of file" belongs to the line before it
+                out.append(line)
+            continue
+        if hunk and line == "":
+            following = lines[n + 1] if n + 1 < len(lines) else ""
+            if following[:1] not in (" ", "-", "+"):
+                continue
+            line = " "
+        if hunk and line[:1] in (" ", "-", "+", "\\"):
+            out.append(line)
+            hunk[6] += line[0] in " -"
+            hunk[7] += line[0] in " +"
+            done = (hunk[6], hunk[7]) == (hunk[4], hunk[5])
+        elif hunk:
+            break  # prose after the diff
+        else:
+            out.append(line)
+    close()
+    return "\n".join(out) + "\n"
