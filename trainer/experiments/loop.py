@@ -43,9 +43,10 @@ METRICS = ("pass_rate", "minimal_share", "passing_diff_lines", "passing_files", 
            "judge_fallbacks", "hacks_sandbox", "hacks_grader", "gen_s", "eval_s", "check_s", "rank_s", "update_s")
 HELDOUT = ("pass1_greedy", "pass1_sampled", "passing_diff_lines", "passing_files", "scope_creep",
            "out_of_scope_lines", "tokens_mean", "hacks_sandbox")
-# Wall-clock seconds per RL step, per warm start and per held-out task (greedy + k samples) on a quiet 2-core
-# machine, per config (measured by this experiment's own runs; used only for the estimate printed first).
-TIMING = {"tiny": (9.0, 60.0, 2.0), "smol": (150.0, 460.0, 40.0)}
+# Wall-clock seconds per RL step, per warm start and per held-out task (greedy + k samples), per config, measured
+# by this experiment's own runs on the 2-core machine (smol: the loop_real pilot at load 5, 8 rollouts of up to
+# 192 tokens a step, 48 warm-start examples × 2 epochs, k = 2); used only for the estimate printed first.
+TIMING = {"tiny": (9.0, 60.0, 2.0), "smol": (280.0, 770.0, 53.0)}
 
 
 @dataclass
