@@ -193,3 +193,13 @@ def test_a_task_set_without_rollouts_warm_starts_on_its_reference_fixes(tmp_path
     assert len(seeds) == 1  # the same subset for every seed: seeds differ in sampling, not in what is imitated
     cfg_all = cfg.model_copy(update={"warmstart": cfg.warmstart.model_copy(update={"max_examples": 0})})
     assert len(warmstart_examples(cfg_all, instances)) == 10
+
+
+def test_an_unknown_split_is_refused_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from trainer.experiments.cli import main
+
+    for flags in (["--set", "tasks.split=dev"], ["--heldout-split", "dev"]):
+        rc = main(["loop", "--config", str(ROOT / "configs" / "loop_real.yaml"), "--out", str(tmp_path),
+                   "--set", f"tasks.repos_dir={tmp_path / 'no' / 'repos'}", *flags])
+        assert rc == 2
+        assert "has no split 'dev'" in capsys.readouterr().err
