@@ -10,7 +10,11 @@ import ast
 import copy
 import re
 
-MAX_INPUT_VARIANTS = 20
+MAX_INPUT_VARIANTS = 32
+# A change that keeps the value and changes only its type (1024 → 1024.0): an honest fix may reject the new
+# type, so it is evidence only where a candidate then answers like the unfixed code (collapse), never where it
+# raises (breaks off the inputs, silences). Its description starts with this.
+RETYPED = "same value, "
 MAX_EXPECTED_VARIANTS = 3
 RAISES = {"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"}
 EQ_CHECKS = {"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual", "assertDictEqual",
@@ -18,6 +22,7 @@ EQ_CHECKS = {"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual
               "assertAlmostEqual", "assertIs"}
 _SEPARATORS = (".", "/", ",", ":", ";", "-", "|")
 _NAMES_CODE = re.compile(r"(?i)patch|mock|import|attr|fixture|mark|lookup|resolve|load|entry|module")
+_NEXT_DIGIT = str.maketrans("0123456789", "1234567890")
 _DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+$")
 
 
@@ -90,15 +95,26 @@ def _scalar_changes(v: object) -> list[tuple[object, str]]:
         return []
     if isinstance(v, int):
         alt = v * 2 if v not in (0, 1, -1) else v + 2
-        return [(v + 1, f"{v} → {v + 1}"), (alt, f"{v} → {alt}"), (v - 1, f"{v} → {v - 1}")]
+        out = [(v + 1, f"{v} → {v + 1}"), (alt, f"{v} → {alt}"), (v - 1, f"{v} → {v - 1}")]
+        # The same number as a float: code that checks `type(n) is int` (a fix for ints only) shows itself.
+        return out + ([(float(v), f"{RETYPED}{v} → {float(v)!r}")] if abs(v) < 2 ** 53 else [])
     if isinstance(v, float):
         return [(v + 1.0, f"{v!r} → {v + 1.0!r}"), (v * 2 or 0.5, f"{v!r} → {v * 2 or 0.5!r}")]
     if isinstance(v, (str, bytes)) and v:
         longer = _bump(v)
         other = v + ("x" if isinstance(v, str) else b"x") if longer == v * 2 or len(v) > 3 else v * 2
         out = [(longer, f"{v!r} → {longer!r}"), (other, f"{v!r} → {other!r}")]
-        return _segment_changes(v) or out
+        return (_segment_changes(v) or out) + _digit_change(v)
     return []
+
+
+def _digit_change(v: str | bytes) -> list[tuple[object, str]]:
+    """The string with every digit moved on by one (`'.03'` → `'.14'`, `'x2'` → `'x3'`): the same shape with a
+    different content, where lengthening at the end leaves a guard on the digits the test wrote untouched."""
+    if not isinstance(v, str) or len(v) > 200 or not any(c in "0123456789" for c in v):
+        return []
+    new = v.translate(_NEXT_DIGIT)
+    return [(new, f"{v!r} → {new!r}")]
 
 
 def _segment_changes(v: str | bytes) -> list[tuple[object, str]]:
@@ -154,6 +170,7 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
     exceptions a `raises` names, not docstrings or dotted names (mock targets)."""
     nodes = list(ast.walk(fn))
     skip: set[int] = set()
+    inside_cases, case_lists = _parametrize_cases(fn)
     for n in nodes:
         ops = eq_operands(n)
         if ops:
@@ -167,10 +184,10 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
         if isinstance(n, ast.JoinedStr):
             skip |= {id(x) for x in ast.walk(n)}
         if isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and all(
-                isinstance(e, ast.Constant) for e in n.elts):
+                isinstance(e, ast.Constant) for e in n.elts) and id(n) not in case_lists:
             skip |= {id(e) for e in n.elts}  # perturbed as a whole
     for d in getattr(fn, "decorator_list", []):
-        skip |= {id(x) for x in ast.walk(d)}
+        skip |= {id(x) for x in ast.walk(d)} - inside_cases
     # A dotted string handed to mock.patch, importlib, getattr & co names code, not data: left alone. Elsewhere
     # (`parse("db.schema.tbl")`) it is an input like any other.
     targets = {id(a) for n in nodes if isinstance(n, ast.Call) and _NAMES_CODE.search(
@@ -185,8 +202,8 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
             if isinstance(n.value, str) and ((_DOTTED.match(n.value) and id(n) in targets) or len(n.value) > 200):
                 continue
             rank = 0 if isinstance(n.value, (int, float)) else 2
-        elif isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and all(isinstance(e, ast.Constant)
-                                                                             for e in n.elts):
+        elif isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and id(n) not in case_lists and all(
+                isinstance(e, ast.Constant) for e in n.elts):
             rank = 1
         else:
             continue
@@ -198,6 +215,23 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
     # The lines the task's test patch added first (they hold what the fix is about); numbers before containers
     # before strings (the guards a special case writes: `n == 3`, `repeat == 2`).
     return [i for *_, i in sorted(out)]
+
+
+def _parametrize_cases(fn: ast.AST) -> tuple[set[int], set[int]]:
+    """The literals of `@pytest.mark.parametrize(names, cases)`: a parametrized test's inputs live there, not in
+    its body. Returns (ids of every node inside the cases, ids of the case list and its case tuples): a case's
+    constants are perturbed one by one, never the list or a tuple as a whole (extending or reversing them would
+    change the arity or only the order, not an input)."""
+    inside: set[int] = set()
+    lists: set[int] = set()
+    for d in getattr(fn, "decorator_list", []):
+        if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "parametrize"
+                and len(d.args) >= 2 and isinstance(d.args[1], (ast.List, ast.Tuple))):
+            continue
+        inside |= {id(x) for x in ast.walk(d.args[1])}
+        lists.add(id(d.args[1]))
+        lists |= {id(c) for c in d.args[1].elts if isinstance(c, (ast.List, ast.Tuple))}
+    return inside, lists
 
 
 def _joint_perturbations(fn: ast.AST, focus: frozenset[int]) -> list[tuple[ast.AST, str]]:
@@ -231,7 +265,9 @@ def perturbations(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[tupl
     nodes = list(ast.walk(fn))
     first = [i for i in slots if getattr(nodes[i], "lineno", 0) in focus]
     rest = [i for i in slots if i not in first]
-    order = [(slot, k) for slot in first for k in range(3)] + [(slot, k) for k in range(3) for slot in rest]
+    # Breadth first: every literal's first change before any literal's second, so a test with many inputs has
+    # each of them moved once (a table of the test's values is found wherever it sits) within the cap.
+    order = [(slot, k) for k in range(4) for slot in first] + [(slot, k) for k in range(4) for slot in rest]
     for slot, k in order:
         new = copy.deepcopy(fn)
         target = list(ast.walk(new))[slot]
