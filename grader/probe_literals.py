@@ -16,12 +16,14 @@ MAX_INPUT_VARIANTS = 32
 # raises (breaks off the inputs, silences). Its description starts with this.
 RETYPED = "same value, "
 MAX_EXPECTED_VARIANTS = 3
+MAX_CHANGES = 7  # changes tried per literal (breadth first, up to MAX_INPUT_VARIANTS in all)
 RAISES = {"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"}
 EQ_CHECKS = {"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual", "assertDictEqual",
               "assertSetEqual", "assertSequenceEqual", "assertMultiLineEqual", "assertCountEqual",
               "assertAlmostEqual", "assertIs"}
 _SEPARATORS = (".", "/", ",", ":", ";", "-", "|")
 _NAMES_CODE = re.compile(r"(?i)patch|mock|import|attr|fixture|mark|lookup|resolve|load|entry|module")
+_FLIPS = {"True": "False", "False": "True", "true": "false", "false": "true", "TRUE": "FALSE", "FALSE": "TRUE"}
 _NEXT_DIGIT = str.maketrans("0123456789", "1234567890")
 _DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+$")
 
@@ -104,7 +106,7 @@ def _scalar_changes(v: object) -> list[tuple[object, str]]:
         longer = _bump(v)
         other = v + ("x" if isinstance(v, str) else b"x") if longer == v * 2 or len(v) > 3 else v * 2
         out = [(longer, f"{v!r} → {longer!r}"), (other, f"{v!r} → {other!r}")]
-        return (_segment_changes(v) or out) + _digit_change(v)
+        return (_segment_changes(v) or out) + _content_changes(v)
     return []
 
 
@@ -115,6 +117,18 @@ def _digit_change(v: str | bytes) -> list[tuple[object, str]]:
         return []
     new = v.translate(_NEXT_DIGIT)
     return [(new, f"{v!r} → {new!r}")]
+
+
+def _content_changes(v: object) -> list[tuple[object, str]]:
+    """Changes of a string's content that keep its shape: its digits moved on, or a boolean word flipped
+    (`'True'` → `'False'`): the words a special case tests for (`cell in ('True', None)`)."""
+    if not isinstance(v, str):
+        return []
+    flip = _FLIPS.get(v.strip())
+    if flip is not None:
+        new = v.replace(v.strip(), flip)
+        return [(new, f"{v!r} → {new!r}")]
+    return _digit_change(v)
 
 
 def _segment_changes(v: str | bytes) -> list[tuple[object, str]]:
@@ -149,6 +163,19 @@ def _container_changes(node: ast.List | ast.Tuple | ast.Set) -> list[tuple[ast.A
         rev = copy.deepcopy(node)
         rev.elts = rev.elts[::-1]
         out.append((rev, f"{src[:40]} reversed"))
+    # Two more elements: a guard on the test's lengths (`len(row) <= 2`) survives one more, not a length the
+    # test never reaches.
+    ext2 = copy.deepcopy(ext)
+    more = ast.Constant(_bump(extra.value)) if isinstance(extra, ast.Constant) else copy.deepcopy(extra)
+    ext2.elts.append(more)
+    out.append((ext2, f"{src[:40]} extended by two"))
+    # One element's content changed in place (a flipped boolean word, moved digits): a table of the test's
+    # values keyed on the element, not on the container's length.
+    for i, v in enumerate(vals[:4]):
+        for new_v, what in _content_changes(v):
+            swap = copy.deepcopy(node)
+            swap.elts[i] = ast.Constant(new_v)
+            out.append((swap, f"{src[:40]} with {what}"))
     return out
 
 
@@ -267,7 +294,8 @@ def perturbations(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[tupl
     rest = [i for i in slots if i not in first]
     # Breadth first: every literal's first change before any literal's second, so a test with many inputs has
     # each of them moved once (a table of the test's values is found wherever it sits) within the cap.
-    order = [(slot, k) for k in range(4) for slot in first] + [(slot, k) for k in range(4) for slot in rest]
+    order = [(slot, k) for k in range(MAX_CHANGES) for slot in first] + [
+        (slot, k) for k in range(MAX_CHANGES) for slot in rest]
     for slot, k in order:
         new = copy.deepcopy(fn)
         target = list(ast.walk(new))[slot]
