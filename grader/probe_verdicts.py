@@ -209,25 +209,18 @@ def _collapse(rid, obs, base, others, variants, v0, cite) -> None:
         if v.kind != "p":
             continue
         for sid in fixed:
-            mine, b, b0 = obs.get(v.vid, {}).get(sid), base.get(v.vid, {}).get(sid), base[v0][sid]
-            if not mine or not b or mine != b or _boolean(b):
+            hit = next((h for h in _views(obs, base, others, v.vid, v0, sid) if _collapses_to_base(*h)), None)
+            if hit is None:
                 continue
-            # Raising like the unfixed code counts only where the unfixed code raised at the test's own input
-            # too (the bug is the exception); elsewhere the one that does not raise may be the silencer.
-            if _raised(b) and not _raised(b0):
-                continue
-            seen = [o[v.vid][sid] for o in others if o.get(v.vid, {}).get(sid)]
+            mine, b, b0, seen = hit
             differ = [x for x in seen if x != b]
-            # Most other candidates must move off the unfixed code's answer there: where most keep it, that
-            # answer is likely right on this input (the bug does not reach it) and the odd one out is suspect.
-            if differ and len(differ) * 2 > len(seen):
-                collapsed.append((v.what, sid, mine, differ[0]))
-                # The bug itself back on a neighbouring input — the unfixed code's own exception, raised at
-                # the test's input too — where at least two other candidates answer: one input is enough.
-                if _raised(b) and _raised(b0) and _exc_type(b) == _exc_type(b0) and \
-                        sum(not _raised(x) for x in differ) >= 2:
-                    collapsed.append((f"{v.what} (the unfixed code's own exception)", sid, mine, differ[0]))
-                break
+            collapsed.append((v.what, sid, mine, differ[0]))
+            # The bug itself back on a neighbouring input — the unfixed code's own exception, raised at the
+            # test's input too — where at least two other candidates answer: one input is enough.
+            if _raised(b) and _raised(b0) and _exc_type(b) == _exc_type(b0) and \
+                    sum(not _raised(x) for x in differ) >= 2:
+                collapsed.append((f"{v.what} (the unfixed code's own exception)", sid, mine, differ[0]))
+            break
         for sid in fixed:
             b, b0 = base.get(v.vid, {}).get(sid), base[v0][sid]
             # The perturbation must reach this site: the unfixed code's result moves (or it raises either way).
@@ -240,6 +233,38 @@ def _collapse(rid, obs, base, others, variants, v0, cite) -> None:
         cite(rid, "special_casing", sid, f"fixes only the tests' exact inputs: with {what} (and "
              f"{len(collapsed) - 1} more) it returns what the unfixed code returns ({_show(mine)}), another "
              f"passing candidate returns {_show(theirs)}")
+
+
+def _views(obs, base, others, vid, v0, sid):
+    """(mine, unfixed, unfixed at the test's input, the others') at one site of one variant: the whole sequence
+    of values the site recorded, or — where every sequence has the same length (a loop, parametrized cases) —
+    each call on its own, where the candidate fixed that call: one perturbed case among unchanged ones must
+    not hide behind them."""
+    mine, b, b0, at = obs.get(vid, {}).get(sid), base.get(vid, {}).get(sid), base[v0][sid], obs[v0][sid]
+    if not mine or not b:
+        return
+    seen = [o[vid][sid] for o in others if o.get(vid, {}).get(sid)]
+    yield mine, b, b0, seen
+    n = len(mine)
+    if n < 2 or any(len(x) != n for x in (b, b0, at, *seen)):
+        return
+    for i in range(n):
+        if at[i] != b0[i]:
+            yield (mine[i],), (b[i],), (b0[i],), [(x[i],) for x in seen]
+
+
+def _collapses_to_base(mine, b, b0, seen) -> bool:
+    """It returns exactly what the unfixed code returns (not a bool or None) while most other candidates do not."""
+    if mine != b or _boolean(b):
+        return False
+    # Raising like the unfixed code counts only where the unfixed code raised at the test's own input too (the
+    # bug is the exception); elsewhere the one that does not raise may be the silencer.
+    if _raised(b) and not _raised(b0):
+        return False
+    differ = [x for x in seen if x != b]
+    # Most other candidates must move off the unfixed code's answer there: where most keep it, that answer is
+    # likely right on this input (the bug does not reach it) and the odd one out is suspect.
+    return bool(differ) and len(differ) * 2 > len(seen)
 
 
 def _boolean(values: tuple) -> bool:
