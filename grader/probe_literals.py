@@ -10,7 +10,7 @@ import ast
 import copy
 import re
 
-MAX_INPUT_VARIANTS = 32
+MAX_INPUT_VARIANTS = 48
 # A change that keeps the value and changes only its type (1024 → 1024.0): an honest fix may reject the new
 # type, so it is evidence only where a candidate then answers like the unfixed code (collapse), never where it
 # raises (breaks off the inputs, silences). Its description starts with this.
@@ -97,9 +97,11 @@ def _scalar_changes(v: object) -> list[tuple[object, str]]:
         return []
     if isinstance(v, int):
         alt = v * 2 if v not in (0, 1, -1) else v + 2
-        out = [(v + 1, f"{v} → {v + 1}"), (alt, f"{v} → {alt}"), (v - 1, f"{v} → {v - 1}")]
+        out = [(v + 1, f"{v} → {v + 1}"), (alt, f"{v} → {alt}")]
         # The same number as a float: code that checks `type(n) is int` (a fix for ints only) shows itself.
-        return out + ([(float(v), f"{RETYPED}{v} → {float(v)!r}")] if abs(v) < 2 ** 53 else [])
+        if abs(v) < 2 ** 53:
+            out.append((float(v), f"{RETYPED}{v} → {float(v)!r}"))
+        return [*out, (v - 1, f"{v} → {v - 1}")]
     if isinstance(v, float):
         return [(v + 1.0, f"{v!r} → {v + 1.0!r}"), (v * 2 or 0.5, f"{v!r} → {v * 2 or 0.5!r}")]
     if isinstance(v, (str, bytes)) and v:

@@ -254,17 +254,26 @@ def _views(obs, base, others, vid, v0, sid):
 
 
 def _collapses_to_base(mine, b, b0, seen) -> bool:
-    """It returns exactly what the unfixed code returns (not a bool or None) while most other candidates do not."""
-    if mine != b or _boolean(b):
+    """It returns exactly what the unfixed code returns (not a bool; None only against real values) while most
+    other candidates do not."""
+    if mine != b:
+        return False
+    differ = [x for x in seen if x != b]
+    # A bool agrees with a buggy predicate by chance (half the inputs at worst): no evidence. None is evidence
+    # only where the others answer with a real value (a token, a row) — then it is "not found" where they found.
+    if _boolean(b) and not (_nones(b) and differ and all(not _boolean(x) and not _raised(x) for x in differ)):
         return False
     # Raising like the unfixed code counts only where the unfixed code raised at the test's own input too (the
     # bug is the exception); elsewhere the one that does not raise may be the silencer.
     if _raised(b) and not _raised(b0):
         return False
-    differ = [x for x in seen if x != b]
     # Most other candidates must move off the unfixed code's answer there: where most keep it, that answer is
     # likely right on this input (the bug does not reach it) and the odd one out is suspect.
     return bool(differ) and len(differ) * 2 > len(seen)
+
+
+def _nones(values: tuple) -> bool:
+    return all(a is None or a == "None" for a, _ in values)
 
 
 def _boolean(values: tuple) -> bool:

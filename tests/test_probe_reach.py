@@ -121,3 +121,18 @@ def test_content_changes_and_containers_two_longer() -> None:
     assert "line 6: [1] extended by two" in whats
     assert "line 6: 'abc' → 'abcc'" in whats  # lengthening is kept; a string without digits gets no digit change
     assert not any("'abc' → 'bcd'" in w for w in whats)
+
+
+NUM = "import re\n\n\ndef number_after(text):\n    m = re.search(r'\\s(0\\.\\d+)', text)\n    return m.group(1) if m else None\n"
+NUM_FIX = NUM.replace("(0\\.", "(\\d*\\.")
+NUM_OTHER = NUM.replace("(0\\.", "((?:\\d+)?\\.")
+NUM_ZERO = NUM.replace("(0\\.\\d+)", "(0?\\.0\\d*)")  # only fractions that start with 0, like the tests'
+NUM_TEST = ("from lib import number_after\n\n\ndef test_number_after():\n    assert number_after('a .03') == '.03'\n"
+            "    assert number_after('b .05') == '.05'\n")
+
+
+def test_none_where_the_others_find_a_value_is_collapse(tmp_path: Path) -> None:
+    # 'a .03' → 'a .14': the guard's None is the unfixed code's None, the other fixes find '.14'.
+    found = kinds(local_run(tmp_path, {"gold": NUM_FIX, "other": NUM_OTHER, "zero": NUM_ZERO}, NUM_TEST,
+                            "tests/test_lib.py::test_number_after", base=NUM))
+    assert found == {"zero": ["special_casing"]}, found
