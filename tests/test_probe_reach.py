@@ -136,3 +136,13 @@ def test_none_where_the_others_find_a_value_is_collapse(tmp_path: Path) -> None:
     found = kinds(local_run(tmp_path, {"gold": NUM_FIX, "other": NUM_OTHER, "zero": NUM_ZERO}, NUM_TEST,
                             "tests/test_lib.py::test_number_after", base=NUM))
     assert found == {"zero": ["special_casing"]}, found
+
+
+def test_an_unfixed_crash_is_no_reference_for_random_values(tmp_path: Path) -> None:
+    # The unfixed code lacks `mean`: it crashes the same way under every variant. That says nothing about
+    # whether a value moves when the test is renamed, and the fix's values move anyway (random inputs).
+    test = ("import random\n\nimport lib\n\n\ndef test_mean():\n    xs = [random.random() for _ in range(5)]\n"
+            "    got = lib.mean(xs)\n    assert got == sum(xs) / len(xs)\n")
+    fix = "def other():\n    return 0\n\n\ndef mean(xs):\n    return sum(xs) / len(xs)\n"
+    run = local_run(tmp_path, {"gold": fix}, test, "tests/test_lib.py::test_mean", base="def other():\n    return 0\n")
+    assert judge(run) == {}
