@@ -1,7 +1,9 @@
 """The literals of a test function, for the behavioural probe: which side of an assertion is written out, and
-how an input or expected literal may change (integers ±1 or doubled, strings lengthened, a delimited string —
-`a.b.c` — given one more element at its end and at its start, containers extended or reversed; a number a call
-passes twice changed everywhere in that call at once). `grader.probe_transform` builds the variants from them.
+how an input or expected literal may change (integers +1, doubled, as a float of the same value, −1; strings
+lengthened, their digits moved on or a boolean word flipped; a delimited string — `a.b.c` — given one more
+element at its end and at its start; containers extended by one and by two, reversed, or one element's content
+changed; a number a call passes twice changed everywhere in that call at once; the cases of
+`@pytest.mark.parametrize` perturbed like the body's literals). `grader.probe_transform` builds the variants.
 """
 
 from __future__ import annotations
@@ -287,8 +289,8 @@ def _joint_perturbations(fn: ast.AST, focus: frozenset[int]) -> list[tuple[ast.A
 
 def perturbations(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[tuple[ast.AST, str]]:
     """Copies of `fn` with one input literal changed each (at most MAX_INPUT_VARIANTS), with a description:
-    the joint changes of a repeated number first, then every change of the literals on the test patch's own
-    lines, then the others round-robin."""
+    the joint changes of a repeated number first, then the literals on the test patch's own lines, then the
+    others, each group breadth first (every literal's first change, then every literal's second, ...)."""
     out: list[tuple[ast.AST, str]] = _joint_perturbations(fn, focus)
     slots = _input_slots(fn, focus)
     nodes = list(ast.walk(fn))

@@ -6,13 +6,14 @@ what the code under test produced instead of failing (`grader/probe_runtime.py`)
 
 - `v0` — the test itself, same name and place, instrumented: the values at the tests' exact inputs;
 - `rn` — a copy under a fresh name (in a fresh subclass for a method): an honest fix cannot tell them apart;
-- `env` — the renamed copy, run with the signs of a test run hidden (`PYTEST_CURRENT_TEST`, `sys.argv`);
+- `env` — the renamed copy, run with the signs of a test run hidden (`PYTEST_CURRENT_TEST`, `sys.argv`, and
+  the calling frame's module, function and file names);
 - `x<site>` — the renamed copy with only the *expected* literal of one assertion changed: the value under test
   must not move (when it does, the code reads the test);
-- `p<k>` — the renamed copy with one input literal perturbed (integers ±1 or doubled, strings lengthened,
-  a delimited string — `a.b.c` — given one more element at its end and at its start, containers extended or
-  reversed; a number a call passes twice changed everywhere in that call at once):
-  compared with the unfixed code and the other candidates.
+- `p<k>` — the renamed copy with one input literal perturbed (`grader.probe_literals` says how; a parametrized
+  test's cases are inputs too): compared with the unfixed code and the other candidates.
+
+Observation sites also include bare calls of assertion helpers (`assert_equal(expected, result)`).
 
 Sites are numbered in the same walk order in every copy, so `site` ids line up across variants. An assert is
 rewritten into statements, not lambdas: the code under test keeps the test function as its caller.
