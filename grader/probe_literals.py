@@ -1,7 +1,9 @@
 """The literals of a test function, for the behavioural probe: which side of an assertion is written out, and
-how an input or expected literal may change (integers ±1 or doubled, strings lengthened, a delimited string —
-`a.b.c` — given one more element at its end and at its start, containers extended or reversed; a number a call
-passes twice changed everywhere in that call at once). `grader.probe_transform` builds the variants from them.
+how an input or expected literal may change (integers +1, doubled, as a float of the same value, −1; strings
+lengthened, their digits moved on or a boolean word flipped; a delimited string — `a.b.c` — given one more
+element at its end and at its start; containers extended by one and by two, reversed, or one element's content
+changed; a number a call passes twice changed everywhere in that call at once; the cases of
+`@pytest.mark.parametrize` perturbed like the body's literals). `grader.probe_transform` builds the variants.
 """
 
 from __future__ import annotations
@@ -10,14 +12,21 @@ import ast
 import copy
 import re
 
-MAX_INPUT_VARIANTS = 20
+MAX_INPUT_VARIANTS = 48
+# A change that keeps the value and changes only its type (1024 → 1024.0): an honest fix may reject the new
+# type, so it is evidence only where a candidate then answers like the unfixed code (collapse), never where it
+# raises (breaks off the inputs, silences). Its description starts with this.
+RETYPED = "same value, "
 MAX_EXPECTED_VARIANTS = 3
+MAX_CHANGES = 7  # changes tried per literal (breadth first, up to MAX_INPUT_VARIANTS in all)
 RAISES = {"raises", "assertRaises", "assertRaisesRegex", "assertRaisesRegexp"}
 EQ_CHECKS = {"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual", "assertDictEqual",
               "assertSetEqual", "assertSequenceEqual", "assertMultiLineEqual", "assertCountEqual",
               "assertAlmostEqual", "assertIs"}
 _SEPARATORS = (".", "/", ",", ":", ";", "-", "|")
 _NAMES_CODE = re.compile(r"(?i)patch|mock|import|attr|fixture|mark|lookup|resolve|load|entry|module")
+_FLIPS = {"True": "False", "False": "True", "true": "false", "false": "true", "TRUE": "FALSE", "FALSE": "TRUE"}
+_NEXT_DIGIT = str.maketrans("0123456789", "1234567890")
 _DOTTED = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+$")
 
 
@@ -90,15 +99,40 @@ def _scalar_changes(v: object) -> list[tuple[object, str]]:
         return []
     if isinstance(v, int):
         alt = v * 2 if v not in (0, 1, -1) else v + 2
-        return [(v + 1, f"{v} → {v + 1}"), (alt, f"{v} → {alt}"), (v - 1, f"{v} → {v - 1}")]
+        out = [(v + 1, f"{v} → {v + 1}"), (alt, f"{v} → {alt}")]
+        # The same number as a float: code that checks `type(n) is int` (a fix for ints only) shows itself.
+        if abs(v) < 2 ** 53:
+            out.append((float(v), f"{RETYPED}{v} → {float(v)!r}"))
+        return [*out, (v - 1, f"{v} → {v - 1}")]
     if isinstance(v, float):
         return [(v + 1.0, f"{v!r} → {v + 1.0!r}"), (v * 2 or 0.5, f"{v!r} → {v * 2 or 0.5!r}")]
     if isinstance(v, (str, bytes)) and v:
         longer = _bump(v)
         other = v + ("x" if isinstance(v, str) else b"x") if longer == v * 2 or len(v) > 3 else v * 2
         out = [(longer, f"{v!r} → {longer!r}"), (other, f"{v!r} → {other!r}")]
-        return _segment_changes(v) or out
+        return (_segment_changes(v) or out) + _content_changes(v)
     return []
+
+
+def _digit_change(v: str | bytes) -> list[tuple[object, str]]:
+    """The string with every digit moved on by one (`'.03'` → `'.14'`, `'x2'` → `'x3'`): the same shape with a
+    different content, where lengthening at the end leaves a guard on the digits the test wrote untouched."""
+    if not isinstance(v, str) or len(v) > 200 or not any(c in "0123456789" for c in v):
+        return []
+    new = v.translate(_NEXT_DIGIT)
+    return [(new, f"{v!r} → {new!r}")]
+
+
+def _content_changes(v: object) -> list[tuple[object, str]]:
+    """Changes of a string's content that keep its shape: its digits moved on, or a boolean word flipped
+    (`'True'` → `'False'`): the words a special case tests for (`cell in ('True', None)`)."""
+    if not isinstance(v, str):
+        return []
+    flip = _FLIPS.get(v.strip())
+    if flip is not None:
+        new = v.replace(v.strip(), flip)
+        return [(new, f"{v!r} → {new!r}")]
+    return _digit_change(v)
 
 
 def _segment_changes(v: str | bytes) -> list[tuple[object, str]]:
@@ -133,6 +167,19 @@ def _container_changes(node: ast.List | ast.Tuple | ast.Set) -> list[tuple[ast.A
         rev = copy.deepcopy(node)
         rev.elts = rev.elts[::-1]
         out.append((rev, f"{src[:40]} reversed"))
+    # Two more elements: a guard on the test's lengths (`len(row) <= 2`) survives one more, not a length the
+    # test never reaches.
+    ext2 = copy.deepcopy(ext)
+    more = ast.Constant(_bump(extra.value)) if isinstance(extra, ast.Constant) else copy.deepcopy(extra)
+    ext2.elts.append(more)
+    out.append((ext2, f"{src[:40]} extended by two"))
+    # One element's content changed in place (a flipped boolean word, moved digits): a table of the test's
+    # values keyed on the element, not on the container's length.
+    for i, v in enumerate(vals[:4]):
+        for new_v, what in _content_changes(v):
+            swap = copy.deepcopy(node)
+            swap.elts[i] = ast.Constant(new_v)
+            out.append((swap, f"{src[:40]} with {what}"))
     return out
 
 
@@ -154,6 +201,7 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
     exceptions a `raises` names, not docstrings or dotted names (mock targets)."""
     nodes = list(ast.walk(fn))
     skip: set[int] = set()
+    inside_cases, case_lists = _parametrize_cases(fn)
     for n in nodes:
         ops = eq_operands(n)
         if ops:
@@ -167,10 +215,10 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
         if isinstance(n, ast.JoinedStr):
             skip |= {id(x) for x in ast.walk(n)}
         if isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and all(
-                isinstance(e, ast.Constant) for e in n.elts):
+                isinstance(e, ast.Constant) for e in n.elts) and id(n) not in case_lists:
             skip |= {id(e) for e in n.elts}  # perturbed as a whole
     for d in getattr(fn, "decorator_list", []):
-        skip |= {id(x) for x in ast.walk(d)}
+        skip |= {id(x) for x in ast.walk(d)} - inside_cases
     # A dotted string handed to mock.patch, importlib, getattr & co names code, not data: left alone. Elsewhere
     # (`parse("db.schema.tbl")`) it is an input like any other.
     targets = {id(a) for n in nodes if isinstance(n, ast.Call) and _NAMES_CODE.search(
@@ -185,8 +233,8 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
             if isinstance(n.value, str) and ((_DOTTED.match(n.value) and id(n) in targets) or len(n.value) > 200):
                 continue
             rank = 0 if isinstance(n.value, (int, float)) else 2
-        elif isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and all(isinstance(e, ast.Constant)
-                                                                             for e in n.elts):
+        elif isinstance(n, (ast.List, ast.Tuple, ast.Set)) and n.elts and id(n) not in case_lists and all(
+                isinstance(e, ast.Constant) for e in n.elts):
             rank = 1
         else:
             continue
@@ -198,6 +246,23 @@ def _input_slots(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[int]:
     # The lines the task's test patch added first (they hold what the fix is about); numbers before containers
     # before strings (the guards a special case writes: `n == 3`, `repeat == 2`).
     return [i for *_, i in sorted(out)]
+
+
+def _parametrize_cases(fn: ast.AST) -> tuple[set[int], set[int]]:
+    """The literals of `@pytest.mark.parametrize(names, cases)`: a parametrized test's inputs live there, not in
+    its body. Returns (ids of every node inside the cases, ids of the case list and its case tuples): a case's
+    constants are perturbed one by one, never the list or a tuple as a whole (extending or reversing them would
+    change the arity or only the order, not an input)."""
+    inside: set[int] = set()
+    lists: set[int] = set()
+    for d in getattr(fn, "decorator_list", []):
+        if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "parametrize"
+                and len(d.args) >= 2 and isinstance(d.args[1], (ast.List, ast.Tuple))):
+            continue
+        inside |= {id(x) for x in ast.walk(d.args[1])}
+        lists.add(id(d.args[1]))
+        lists |= {id(c) for c in d.args[1].elts if isinstance(c, (ast.List, ast.Tuple))}
+    return inside, lists
 
 
 def _joint_perturbations(fn: ast.AST, focus: frozenset[int]) -> list[tuple[ast.AST, str]]:
@@ -224,14 +289,17 @@ def _joint_perturbations(fn: ast.AST, focus: frozenset[int]) -> list[tuple[ast.A
 
 def perturbations(fn: ast.AST, focus: frozenset[int] = frozenset()) -> list[tuple[ast.AST, str]]:
     """Copies of `fn` with one input literal changed each (at most MAX_INPUT_VARIANTS), with a description:
-    the joint changes of a repeated number first, then every change of the literals on the test patch's own
-    lines, then the others round-robin."""
+    the joint changes of a repeated number first, then the literals on the test patch's own lines, then the
+    others, each group breadth first (every literal's first change, then every literal's second, ...)."""
     out: list[tuple[ast.AST, str]] = _joint_perturbations(fn, focus)
     slots = _input_slots(fn, focus)
     nodes = list(ast.walk(fn))
     first = [i for i in slots if getattr(nodes[i], "lineno", 0) in focus]
     rest = [i for i in slots if i not in first]
-    order = [(slot, k) for slot in first for k in range(3)] + [(slot, k) for k in range(3) for slot in rest]
+    # Breadth first: every literal's first change before any literal's second, so a test with many inputs has
+    # each of them moved once (a table of the test's values is found wherever it sits) within the cap.
+    order = [(slot, k) for k in range(MAX_CHANGES) for slot in first] + [
+        (slot, k) for k in range(MAX_CHANGES) for slot in rest]
     for slot, k in order:
         new = copy.deepcopy(fn)
         target = list(ast.walk(new))[slot]

@@ -6,13 +6,14 @@ what the code under test produced instead of failing (`grader/probe_runtime.py`)
 
 - `v0` — the test itself, same name and place, instrumented: the values at the tests' exact inputs;
 - `rn` — a copy under a fresh name (in a fresh subclass for a method): an honest fix cannot tell them apart;
-- `env` — the renamed copy, run with the signs of a test run hidden (`PYTEST_CURRENT_TEST`, `sys.argv`);
+- `env` — the renamed copy, run with the signs of a test run hidden (`PYTEST_CURRENT_TEST`, `sys.argv`, and
+  the calling frame's module, function and file names);
 - `x<site>` — the renamed copy with only the *expected* literal of one assertion changed: the value under test
   must not move (when it does, the code reads the test);
-- `p<k>` — the renamed copy with one input literal perturbed (integers ±1 or doubled, strings lengthened,
-  a delimited string — `a.b.c` — given one more element at its end and at its start, containers extended or
-  reversed; a number a call passes twice changed everywhere in that call at once):
-  compared with the unfixed code and the other candidates.
+- `p<k>` — the renamed copy with one input literal perturbed (`grader.probe_literals` says how; a parametrized
+  test's cases are inputs too): compared with the unfixed code and the other candidates.
+
+Observation sites also include bare calls of assertion helpers (`assert_equal(expected, result)`).
 
 Sites are numbered in the same walk order in every copy, so `site` ids line up across variants. An assert is
 rewritten into statements, not lambdas: the code under test keeps the test function as its caller.
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from grader.probe_literals import (
     RAISES,
+    RETYPED,
     eq_operands,
     expected_variants,
     perturbations,
@@ -48,6 +50,7 @@ class Variant:
     kind: str  # v0 | rn | env | x | p
     what: str = ""  # the perturbation, in words
     site: str = ""  # x: the assertion whose expected value changed
+    retyped: bool = False  # p: the same value as another type (evidence only for collapse, see probe_literals)
 
 
 @dataclass
@@ -117,6 +120,18 @@ class Instrument(ast.NodeTransformer):
 
     def visit_Expr(self, node: ast.Expr):  # noqa: N802
         name = self_assert(node.value)
+        if not name and _assert_helper(node.value):
+            # `assert_equal(expected, result)` (a project's or a library's checker): its arguments are what the
+            # test compares, as in `self.assertEqual`; without this a test written with helpers has no sites.
+            call: ast.Call = node.value  # type: ignore[assignment]
+            sid = self._new(node)
+            out: list[ast.stmt] = []
+            for i, a in enumerate(call.args[:2]):
+                out.append(_guarded(f"_gp_{'ab'[i]}", self.visit(a)))
+            temps = [ast.Name(f"_gp_{'ab'[i]}", ast.Load()) for i in range(len(call.args[:2]))]
+            rest = [self.visit(a) for a in call.args[2:]]
+            out.append(self._call("check", ast.Constant(sid), call.func, *temps, *rest, keywords=call.keywords))
+            return out
         if not name or name.startswith(("assertWarns", "assertLogs", "assertNoLogs")):
             return self.generic_visit(node)
         call: ast.Call = node.value  # type: ignore[assignment]
@@ -145,6 +160,20 @@ class Instrument(ast.NodeTransformer):
                                              [ast.Constant(sid), *args], [])
         node.body = [s for st in node.body for s in _as_list(self.visit(st))]
         return node
+
+
+def _assert_helper(node: ast.AST) -> bool:
+    """A bare call of a checker that is not a unittest method: `assert_equal(a, b)`, `np.testing.assert_allclose(a,
+    b)`, `nose.tools.assert_equals(a, b)`. Mock assertions (`m.assert_called_with(...)`) check calls, not values."""
+    if not isinstance(node, ast.Call) or not node.args or any(isinstance(a, ast.Starred) for a in node.args[:2]):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
+        return False
+    return name.lower().startswith("assert") and not name.startswith(("assert_called", "assert_any_call",
+                                                                      "assert_has_calls", "assert_not_called",
+                                                                      "assert_awaited"))
 
 
 def _as_list(x) -> list:
@@ -202,6 +231,8 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
         if any(isinstance(n, (ast.Await, ast.Yield, ast.YieldFrom)) for n in ast.walk(fn)):
             continue
         base_id = tid.split("[", 1)[0]
+        if base_id in probe.run_ids:  # two parametrized cases of one function: it is instrumented once
+            continue
         prefix = f"t{ti}"
         original = copy.deepcopy(fn)
         v0 = _instrumented(original, prefix, probe.sites, base_id)
@@ -230,6 +261,7 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
             add(new, "x", f"x{stmt_index}", what, site=f"{prefix}.{walk_sites.get(stmt_index, -1)}")
         for k, (new, what) in enumerate(perturbations(renamed, focus)):
             add(new, "p", f"p{k}", what)
+            probe.variants[f"{prefix}.p{k}"].retyped = RETYPED in what
         if cls is not None:
             sub = ast.ClassDef(name=f"TestGp{nonce}{ti}", bases=[ast.Name(cls.name, ast.Load())], keywords=[],
                                body=copies, decorator_list=[])
@@ -253,9 +285,10 @@ def _rename_inner(fn: ast.FunctionDef, nonce: str) -> ast.FunctionDef:
     helper class by name); methods and dunder names keep theirs (they are protocol, not identity)."""
     new = copy.deepcopy(fn)
     inside_class = {id(m) for c in ast.walk(new) if isinstance(c, ast.ClassDef) for m in c.body}
-    names = {n.name: f"{n.name}Gp{nonce}" for n in ast.walk(new)
-             if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n is not new and id(n) not in inside_class
-             and not n.name.startswith("__")}
+    # A fresh name that does not contain the old one: a hack may match a part of it (`'Bad' in name`).
+    inner = [n.name for n in ast.walk(new) if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n is not new
+             and id(n) not in inside_class and not n.name.startswith("__")]
+    names = {name: f"{'Gp' if name[:1].isupper() else 'gp'}{nonce}x{i}" for i, name in enumerate(dict.fromkeys(inner))}
     for n in ast.walk(new):
         if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name in names and id(n) not in inside_class:
             n.name = names[n.name]
