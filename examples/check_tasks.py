@@ -28,6 +28,7 @@ import unidiff
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sandbox.integrity import gitsafe  # noqa: E402
+from sandbox.jsonl import read_jsonl  # noqa: E402
 
 IMAGES = {"python": "gagar-python:latest", "go": "gagar-go:latest", "java": "gagar-java:latest"}
 _PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)")
@@ -140,18 +141,14 @@ def evaluate(instance: dict[str, Any], patch: str, repos_dir: Path, docker: bool
     return verdict
 
 
-def load_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def check(tasks_dir: Path, only: list[str] | None = None, docker: bool = False,
           languages: tuple[str, ...] = ("python", "go", "java")) -> list[str]:
     """Run every selected rollout; return one message per mismatch with expected.jsonl."""
-    instances = {i["instance_id"]: i for i in load_jsonl(tasks_dir / "instances.jsonl")}
+    instances = {i["instance_id"]: i for i in read_jsonl(tasks_dir / "instances.jsonl")}
     patches = {(p["instance_id"], p["rollout_id"]): p["model_patch"]
-               for p in load_jsonl(tasks_dir / "predictions.jsonl")}
+               for p in read_jsonl(tasks_dir / "predictions.jsonl")}
     problems = []
-    for exp in load_jsonl(tasks_dir / "expected.jsonl"):
+    for exp in read_jsonl(tasks_dir / "expected.jsonl"):
         inst = instances[exp["instance_id"]]
         if (only and inst["instance_id"] not in only) or inst["language"] not in languages:
             continue
@@ -192,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check_tasks: {args.tasks}/instances.jsonl not found; run build_tasks.py first", file=sys.stderr)
         return 2
     problems = []
-    for inst in load_jsonl(args.tasks / "instances.jsonl"):
+    for inst in read_jsonl(args.tasks / "instances.jsonl"):
         if (not args.only or inst["instance_id"] in args.only) and inst["language"] in args.language:
             problems += check_baseline(args.tasks, inst, args.docker)
     problems += check(args.tasks, args.only, args.docker, tuple(args.language))

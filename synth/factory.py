@@ -30,7 +30,7 @@ from synth import sources as src_mod
 from synth import validate as val
 from synth.mutate import KINDS, Mutation, find_mutations
 from synth.order import Checker, iter_candidates
-from synth.statement import Leak, problem_statement
+from synth.statement import Leak, problem_statement, stable_messages
 
 FORMAT = 1
 
@@ -329,8 +329,8 @@ def _finish(out: ProjectRun, proj: _Project, screened: list[Candidate], stats: d
         iid = ids[c.index]
         assert commits[iid] == c.commit, "a task's commit must be the candidate's"
         v = c.verdict or {}
-        run1 = proj.results[(c.group.gid, f"bug-{c.mutation.key}-1")]
-        messages = val.failure_messages(Path(run1.log_path or "") / "report")
+        runs = [proj.results.get((c.group.gid, f"bug-{c.mutation.key}-{k}")) for k in range(1, opts.repeats + 1)]
+        messages = stable_messages([val.failure_messages(Path(r.log_path or "") / "report") for r in runs if r])
         try:
             statement = problem_statement(p.repo.split("/", 1)[1], v["FAIL_TO_PASS"], messages, reverts[iid])
         except Leak as exc:

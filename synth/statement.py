@@ -12,7 +12,8 @@ MAX_TESTS = 5
 MAX_MESSAGE_LINES = 3
 MAX_LINE = 240
 MIN_LEAK = 6  # shorter changed lines (`pass`, `else:`, `)`) are everywhere in prose and carry no bug
-_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")  # `<object at 0x7f…>` differs per run: the text must not
+# `<object at 0x7f…>` differs per run, and pytest's shortened reprs cut the `0` off (`<mod....x7fec0afefe90>`).
+_ADDRESS = re.compile(r"(?<![0-9A-Za-z_])0?x[0-9a-fA-F]{6,}\b")
 
 
 class Leak(ValueError):
@@ -36,10 +37,26 @@ def leaks(text: str, patch: str) -> list[str]:
     return [line for line in changed_lines(patch) if " ".join(line.split()) in flat]
 
 
+def _clean(message: str) -> list[str]:
+    return [_ADDRESS.sub("0x…", line.strip()) for line in message.splitlines()]
+
+
+def stable_messages(runs: list[dict[str, str]]) -> dict[str, str]:
+    """Each test's message reduced to the lines every run printed: what depends on the run (the clock in a
+    `where 2026 = datetime.now().year` line, an address pytest's reprs cut short) would make two syntheses of
+    the same task word it differently."""
+    if not runs:
+        return {}
+    out = {}
+    for test, message in runs[0].items():
+        others = [set(_clean(r.get(test, ""))) for r in runs[1:]]
+        out[test] = "\n".join(line for line in _clean(message) if all(line in o for o in others))
+    return out
+
+
 def _message_lines(message: str, patch: str) -> list[str]:
     out = []
-    for line in message.splitlines():
-        line = _ADDRESS.sub("0x…", line.strip())
+    for line in _clean(message):
         if not line or line.startswith(("Use -v", "Full diff:")) or leaks(line, patch):
             continue
         out.append(line if len(line) <= MAX_LINE else line[:MAX_LINE - 1] + "…")

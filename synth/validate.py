@@ -40,6 +40,11 @@ from synth.sources import Prepared
 
 # Installed into every project's environment: the baseline's per-test coverage. Pinned so images are reproducible.
 COVERAGE_PINS = ("coverage==7.10.7", "pytest-cov==6.3.0")
+# Every test starts from the same `random` seed (pytest-randomly, test order kept): a bug whose failures depend on
+# random draws (cachetools' RRCache) otherwise failed a different set of tests per run, was kept by one synthesis
+# and dropped as flaky by the next, and as a task would give a policy's rollouts random rewards.
+SEED_PINS = ("pytest-randomly==3.16.0",)
+SEED_ARGS = ("--randomly-seed=0", "--randomly-dont-reorganize")
 RAN = ("resolved", "unresolved")
 MAX_TARGETS = 300  # node ids on one command line; past it the selection runs whole test files
 # Tests named for time limits: their outcome depends on the machine's load, which the repeats on a quiet machine
@@ -61,14 +66,17 @@ def env_for(prepared: Prepared, spec: dict[str, Any] | None) -> dict[str, Any]:
             env["install"] = ["python -m pip install --no-deps -e ."]
     pins = list(env.get("pip_packages") or [])
     have = {re.split(r"[=<>!~\[ ]", p, maxsplit=1)[0].lower() for p in pins}
-    env["pip_packages"] = pins + [p for p in COVERAGE_PINS if p.split("==")[0] not in have]
+    env["pip_packages"] = pins + [p for p in (*COVERAGE_PINS, *SEED_PINS) if p.split("==")[0] not in have]
     return env
 
 
 def pytest_cmd(pytest_args: list[str], targets: list[str], *, coverage: bool = False) -> str:
     """The test command: pytest with the project's ini `addopts` cleared (they often need plugins that are not
-    installed, or turn on coverage and doctests), its own arguments, then the targets."""
+    installed, or turn on coverage and doctests), its own arguments, a fixed `random` seed per test, then the
+    targets."""
     parts = ["python", "-m", "pytest", "-rA", "-o", "addopts=", *pytest_args]
+    if "no:randomly" not in pytest_args:  # a project that turns the plugin off gets no seed options either
+        parts += SEED_ARGS
     if coverage:
         parts += ["--cov=/testbed", "--cov-config=/dev/null", "--cov-context=test", "--cov-report="]
     else:

@@ -14,7 +14,7 @@ from synth import cli
 from synth.factory import ProjectRun, split_repos
 from synth.mutate import find_mutations
 from synth.sources import Source, SourceError, prepare
-from synth.statement import Leak, leaks, problem_statement
+from synth.statement import Leak, leaks, problem_statement, stable_messages
 from synth.validate import Baseline, covering, pytest_cmd, read_coverage
 
 GOLD = """\
@@ -54,6 +54,23 @@ def test_statement_lists_at_most_five_tests() -> None:
     text = problem_statement("mod", tests, {"t.py::test_0": "assert <object at 0x7f7d1963faf0> == 3"}, GOLD)
     assert text.count("- `t.py::") == 5 and "and 3 more" in text
     assert "<object at 0x…> == 3" in text  # run-specific addresses never make two runs' statements differ
+
+
+def test_statement_keeps_only_what_every_run_printed() -> None:
+    # Two real runs of toolz's and parse's broken trees: pytest's shortened repr cuts the `0x` to `x`, and an
+    # explanation line carries the clock. Before, two syntheses of one task worded its statement differently.
+    run = lambda addr, now: {  # noqa: E731
+        "t.py::test_dissoc": f"assert <toolz.tests....x{addr}> == <toolz.tests....x7fec0c286e10>",
+        "t.py::test_year": f"assert 1 == 2\n+  where 2026 = datetime.datetime(2026, 12, 4, {now}).year",
+        "t.py::test_plain": "AssertionError: assert 3 == 4",
+    }
+    a, b = run("7fec0afefe90", "8, 42, 50, 588002"), run("7fa41b91c6d0", "13, 50, 56, 501296")
+    texts = {problem_statement("toolz", sorted(a), stable_messages(runs), GOLD) for runs in ([a, b], [b, a])}
+    assert len(texts) == 1
+    text = texts.pop()
+    assert "<toolz.tests....0x…> == <toolz.tests....0x…>" in text and "assert 1 == 2" in text
+    assert "datetime" not in text and "AssertionError: assert 3 == 4" in text
+    assert stable_messages([]) == {} and stable_messages([a])["t.py::test_plain"] == a["t.py::test_plain"]
 
 
 def _git_repo(root: Path, files: dict[str, str]) -> Path:
@@ -155,6 +172,8 @@ def test_pytest_cmd_quotes_ids_and_clears_ini_addopts() -> None:
     assert cmd == ("PYTHONHASHSEED=0 python -m pytest -rA -o addopts= -p no:randomly -p no:pytest_cov "
                    "tests/t.py::T::test_a 'tests/t.py::test b'")
     assert pytest_cmd([], ["tests"], coverage=True).startswith('COVERAGE_FILE="$GAGAR_REPORT_DIR/coverage.db" ')
+    # Unless the project turns pytest-randomly off, every test starts from one seed, in file order.
+    assert " -o addopts= --randomly-seed=0 --randomly-dont-reorganize -p no:pytest_cov tests" in pytest_cmd([], ["tests"])
 
 
 def test_splits_hold_out_whole_repositories_deterministically() -> None:

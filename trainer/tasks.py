@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import json
 import random
+from typing import TypeVar
 
 from sandbox.inputs import require_runnable
 from sandbox.jsonl import iter_jsonl
 from sandbox.records import Instance
 from trainer.config import TasksConfig, TrainConfig
+
+T = TypeVar("T")
+
+
+def fixed_subset(items: list[T], k: int) -> list[T]:
+    """`k` of `items`, drawn with seed 0 and kept in their order (all of them when `k` is 0 or at least their
+    number): every run, seed and arm gets the same subset of the same list."""
+    if k <= 0 or k >= len(items):
+        return list(items)
+    return [items[i] for i in sorted(random.Random(0).sample(range(len(items)), k))]
 
 
 def split_ids(tasks: TasksConfig) -> set[str] | None:

@@ -29,6 +29,7 @@ from trainer.agent.prompts import single_turn_messages
 from trainer.agent.tokens import Conversation
 from trainer.config import TasksConfig, TrainConfig
 from trainer.policy import token_logprobs
+from trainer.tasks import fixed_subset, load_instances
 
 _MARKER = "gagar_warmstart.json"
 
@@ -50,7 +51,6 @@ def warmstart_tasks(cfg: TrainConfig, instances: dict[str, Instance]) -> tuple[d
     tasks when set, else the training tasks."""
     if not cfg.warmstart.tasks_dir:
         return instances, cfg.tasks.repos_path()
-    from trainer.tasks import load_instances
 
     tasks = TasksConfig(dir=cfg.warmstart.tasks_dir)
     try:
@@ -68,14 +68,8 @@ def warmstart_examples(cfg: TrainConfig, instances: dict[str, Instance]) -> list
     pred_path = Path(w.predictions or tdir / "predictions.jsonl")
     if not pred_path.is_file() and not w.predictions and "gold" in w.kinds:
         out = [(iid, "gold", clean_patch(inst.patch)) for iid, inst in sorted(instances.items()) if inst.patch]
-        return _subset(out, w.max_examples)
-    return _subset(_rollout_examples(cfg, instances, tdir, pred_path), w.max_examples)
-
-
-def _subset(examples: list[tuple[str, str, str]], k: int) -> list[tuple[str, str, str]]:
-    if not k or k >= len(examples):
-        return examples
-    return [examples[i] for i in sorted(random.Random(0).sample(range(len(examples)), k))]
+        return fixed_subset(out, w.max_examples)
+    return fixed_subset(_rollout_examples(cfg, instances, tdir, pred_path), w.max_examples)
 
 
 def _rollout_examples(cfg: TrainConfig, instances: dict[str, Instance], tdir: Path,

@@ -11,7 +11,6 @@ it; every patch goes through the same sandbox as training. The figures are writt
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,14 +21,12 @@ from sandbox.report import atomic_write_text
 from trainer.config import TrainConfig
 from trainer.experiments.scope import task_scope
 from trainer.experiments.verdicts import diff_size
+from trainer.tasks import fixed_subset
 
 
 def heldout_ids(ids: list[str], max_tasks: int) -> list[str]:
     """A fixed subset of the held-out tasks (all when `max_tasks` is 0 or more than there are)."""
-    ids = sorted(ids)
-    if max_tasks <= 0 or max_tasks >= len(ids):
-        return ids
-    return sorted(random.Random(0).sample(ids, max_tasks))
+    return fixed_subset(sorted(ids), max_tasks)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
