@@ -77,6 +77,23 @@ _FILE_HEADER = ("diff --git ", "--- ", "+++ ", "index ", "new file mode", "delet
                 "similarity index", "rename from", "rename to")
 
 
+@dataclass
+class _Hunk:
+    at: int  # the header's index in the output
+    old_start: str
+    new_start: str
+    trailer: str  # what follows the second `@@` (a function name)
+    declared: tuple[int, int]  # (old, new) line counts the header claims
+    old: int = 0
+    new: int = 0
+
+    def header(self) -> str | None:
+        """The corrected header, or None when the declared counts were right."""
+        if (self.old, self.new) == self.declared:
+            return None
+        return f"@@ -{self.old_start},{self.old} +{self.new_start},{self.new} @@{self.trailer}"
+
+
 def recount_hunks(patch: str) -> str:
     """Hunk headers whose line counts match their hunks, as `git apply --recount` makes them: a model writes the
     changed lines right far more often than it counts them, and one wrong count makes a whole patch malformed.
@@ -88,29 +105,25 @@ def recount_hunks(patch: str) -> str:
     if not any(_HUNK.match(x) for x in lines):
         return patch
     out: list[str] = []
-    hunk: list = []  # [header index in out, old start, new start, trailer, declared old, declared new, old, new]
+    hunk: _Hunk | None = None
     done = False  # the current hunk reached its declared counts: skip to the next header
 
     def close() -> None:
-        if hunk:
-            i, a, b, rest, declared_old, declared_new, old, new = hunk
-            if (old, new) != (declared_old, declared_new):
-                out[i] = f"@@ -{a},{old} +{b},{new} @@{rest}"
-            hunk.clear()
+        if hunk is not None and (fixed := hunk.header()) is not None:
+            out[hunk.at] = fixed
 
     for n, line in enumerate(lines):
         m = _HUNK.match(line)
         if m:
             close()
             done = False
-            declared = (int(m.group(2) or 1), int(m.group(4) or 1))
-            hunk.extend([len(out), m.group(1), m.group(3), m.group(5), *declared, 0, 0])
+            hunk = _Hunk(len(out), m.group(1), m.group(3), m.group(5), (int(m.group(2) or 1), int(m.group(4) or 1)))
             out.append(line)
             continue
         if line.startswith(_FILE_HEADER) and not (hunk and not done and line[:1] in "-+" and
                                                   not line.startswith(("--- a/", "+++ b/", "--- /dev/null"))):
             close()
-            done = False
+            hunk, done = None, False
             out.append(line)
             continue
         if done:
@@ -124,9 +137,9 @@ def recount_hunks(patch: str) -> str:
             line = " "
         if hunk and line[:1] in (" ", "-", "+", "\\"):
             out.append(line)
-            hunk[6] += line[0] in " -"
-            hunk[7] += line[0] in " +"
-            done = (hunk[6], hunk[7]) == (hunk[4], hunk[5])
+            hunk.old += line[0] in " -"
+            hunk.new += line[0] in " +"
+            done = (hunk.old, hunk.new) == hunk.declared
         elif hunk:
             break  # prose after the diff
         else:
