@@ -51,7 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--per-function", type=int, help="candidates per function (default 3)")
     s.add_argument("--kinds", help=f"comma-separated bug kinds (default all: {','.join(KINDS)})")
     s.add_argument("--heldout", type=float, help="share of repositories held out (default 0.25)")
-    s.add_argument("--timeout", type=float, default=300.0, help="seconds per test run at most (default 300)")
+    s.add_argument("--timeout", type=float, default=300.0, help="seconds per test run at most (default 300; a "
+                   "function's runs get at most 5 x --cpu-limit)")
+    s.add_argument("--cpu-limit", type=int, help="CPU seconds per test process in a task's command (default 30; "
+                   "recorded in the manifest)")
     s.add_argument("--quiet", action="store_true", help="no progress output")
     r = sub.add_parser("repos", help="rebuild a synthesized set's task repositories (no tests run)",
                        description="Rebuild the task repositories of a set made by `gagar tasks synth` (its "
@@ -91,6 +94,7 @@ def main(argv: list[str]) -> int:
         return _repos(args)
     from synth.factory import Options, synthesize
     from synth.sources import Source
+    from synth.validate import CPU_LIMIT_S
 
     settings: dict = {}
     sources: list[Source] = []
@@ -107,7 +111,7 @@ def main(argv: list[str]) -> int:
                 return _err(f"--sources {args.sources}: expected a list of sources or an object with `sources`")
             if isinstance(data, dict):
                 settings = {k: data[k] for k in ("seed", "max_tasks", "max_fail", "repeats", "per_function",
-                                                 "kinds", "heldout") if k in data}
+                                                 "kinds", "heldout", "cpu_limit") if k in data}
             sources += [Source.from_dict(r, f"--sources {args.sources} [{i}]") for i, r in enumerate(rows)]
         for spec in args.sdist:
             sources.append(Source.from_dict({"sdist": spec, "tests": args.tests, "pytest_args": args.pytest_arg},
@@ -125,7 +129,7 @@ def main(argv: list[str]) -> int:
     dupes = sorted({r for r in repos if repos.count(r) > 1})
     if dupes:
         return _err(f"two sources make the same repository {dupes[0]}: give one of them `repo`")
-    for flag in ("seed", "max_tasks", "max_fail", "repeats", "per_function", "kinds", "heldout"):
+    for flag in ("seed", "max_tasks", "max_fail", "repeats", "per_function", "kinds", "heldout", "cpu_limit"):
         v = getattr(args, flag)
         if v is not None:
             settings[flag] = v
@@ -140,12 +144,13 @@ def main(argv: list[str]) -> int:
                        max_tasks=int(settings.get("max_tasks", 50)), max_fail=int(settings.get("max_fail", 50)),
                        repeats=int(settings.get("repeats", 3)), per_function=int(settings.get("per_function", 3)),
                        kinds=tuple(kinds), max_workers=args.max_workers, timeout=args.timeout,
-                       heldout=float(settings.get("heldout", 0.25)), progress=not args.quiet)
+                       heldout=float(settings.get("heldout", 0.25)), progress=not args.quiet,
+                       cpu_limit=int(settings.get("cpu_limit", CPU_LIMIT_S)))
     except (TypeError, ValueError) as exc:
         return _err(f"bad setting: {exc}")
     for name, v, lo in (("--max-tasks", opts.max_tasks, 1), ("--max-fail", opts.max_fail, 1),
                         ("--repeats", opts.repeats, 1), ("--per-function", opts.per_function, 1),
-                        ("--max-workers", opts.max_workers, 1)):
+                        ("--max-workers", opts.max_workers, 1), ("--cpu-limit", opts.cpu_limit, 1)):
         if v < lo:
             return _err(f"{name} must be at least {lo}")
     if not 0 <= opts.heldout < 1:

@@ -45,7 +45,8 @@ class Options:
     per_function: int = 3
     kinds: tuple[str, ...] = KINDS
     max_workers: int = 2
-    timeout: float = 300.0  # seconds per test run (the screening runs get less: see `_screen_timeout`)
+    timeout: float = 300.0  # wall seconds per test run (the groups' runs get less: see `_group_timeout`)
+    cpu_limit: int = val.CPU_LIMIT_S  # CPU seconds per test process in a task's command
     heldout: float = 0.25  # share of repositories held out
     env_specs: dict | None = None
     progress: bool = True
@@ -54,7 +55,8 @@ class Options:
 
     def settings(self) -> dict[str, Any]:
         return {"seed": self.seed, "max_tasks": self.max_tasks, "max_fail": self.max_fail, "repeats": self.repeats,
-                "per_function": self.per_function, "kinds": list(self.kinds), "heldout": self.heldout}
+                "per_function": self.per_function, "kinds": list(self.kinds), "heldout": self.heldout,
+                "cpu_limit": self.cpu_limit}
 
 
 @dataclass
@@ -111,6 +113,7 @@ class _Project:
         self.baseline_run: EvalResult | None = None
         self.passing: set[str] = set()
         self.baseline_flaky: list[str] = []
+        self.base_times: dict[str, float] = {}
 
     def evaluate(self, timeout: float) -> None:
         from sandbox.report import read_results
@@ -164,7 +167,7 @@ class _Project:
     def group(self, base: val.Baseline, m: Mutation) -> val.Group:
         key = (m.path, m.function)
         if key not in self.groups:
-            g = val.group_for(self.p, base, self.env, m.path, m.function, m.func_lines)
+            g = val.group_for(self.p, base, self.env, m.path, m.function, m.func_lines, self.opts.cpu_limit)
             self.groups[key] = g
             self.instances[g.gid] = g.instance
         return self.groups[key]
@@ -181,7 +184,7 @@ class _Project:
         self.evaluate(timeout)
         for c in batch:
             c.fail, c.dropped = val.screen_verdict(self.results.get((c.group.gid, f"bug-{c.mutation.key}-1")),
-                                                   self.opts.max_fail)
+                                                   self.opts.max_fail, self.base_times)
             c.survived = c.dropped is None
 
     def repeat(self, batch: list[Candidate], timeout: float) -> None:
@@ -203,6 +206,9 @@ class _Project:
             if any(x is None for x in [*bug, *clean]):
                 c.dropped = "repeats did not finish"
                 continue
+            if any(val.cpu_killed(x) for x in [*bug, *clean]):
+                c.dropped = "cpu limit: a repeat used up the command's CPU seconds"
+                continue
             c.verdict = val.repeat_verdict(c.group, c.fail, c.patch, bug, clean)  # type: ignore[arg-type]
             if not c.verdict["valid"]:
                 c.dropped = "flaky" if c.verdict["task_flaky"] else "; ".join(c.verdict["reasons"])[:300]
@@ -221,10 +227,12 @@ def _candidates(prepared: src_mod.Prepared, base: val.Baseline, opts: Options, s
                            kinds=opts.kinds)
 
 
-def _screen_timeout(base: val.Baseline, opts: Options) -> float:
-    """A selection runs a part of the suite without coverage: twice the whole baseline (coverage on) is ample,
-    and an infinite loop a bug makes costs no more than that."""
-    return min(opts.timeout, max(20.0, 2 * base.duration_s))
+def _group_timeout(opts: Options) -> float:
+    """The wall-clock limit of a group's runs. It is not taken from the baseline's duration: that is timed under
+    whatever load there is, and a bug whose run took 21-43 s was killed by one synthesis and kept by the next.
+    An endless loop stops at the CPU limit, a bug that makes tests wait is dropped as `slow`, so this limit is a
+    backstop: five times the CPU limit, which a process at its CPU limit meets with a fifth of a core."""
+    return min(opts.timeout, 5.0 * opts.cpu_limit) if opts.cpu_limit else opts.timeout
 
 
 def run_project(source: src_mod.Source, opts: Options) -> ProjectRun:
@@ -277,7 +285,8 @@ def _run_project(out: ProjectRun, opts: Options) -> ProjectRun:
         stats["wall_s"] = round(time.monotonic() - t0, 1)
         return out
     order = _candidates(prepared, base, opts, stats)
-    timeout = _screen_timeout(base, opts)
+    proj.base_times = base.times
+    timeout = _group_timeout(opts)
     screened: list[Candidate] = []
     repeated: set[int] = set()
     exhausted = False
@@ -368,7 +377,7 @@ def _finish(out: ProjectRun, proj: _Project, screened: list[Candidate], stats: d
 
 def _reason_class(reason: str) -> str:
     for prefix in ("no test fails", "breaks", "timeout", "flaky", "leak", "suspicious", "infra_error", "patch_failed",
-                   "rejected", "empty_patch", "resources"):
+                   "rejected", "empty_patch", "resources", "cpu limit", "slow"):
         if reason.startswith(prefix):
             return prefix if prefix != "breaks" else "breaks too many tests"
     return "other"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+import signal
 import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,6 +52,16 @@ MAX_TARGETS = 300  # node ids on one command line; past it the selection runs wh
 # do not show (boltons' test_socketutils_netstring_timeout passed 3 repeats, then failed 1 of 3 at load 7).
 # They are never a task's FAIL_TO_PASS or PASS_TO_PASS test.
 TIMING = re.compile(r"(?i)timeout|sleep|timing|elapsed|deadline|benchmark")
+# A task's command caps each test process's CPU time (`ulimit -t`): an endless loop then dies after the same work
+# at any load, where a wall-clock limit killed a bug in one run and let it finish in another. Default 30 CPU-s:
+# every group command of the committed projects needs under 2.
+CPU_LIMIT_S = 30
+CPU_KILLED = 128 + signal.SIGXCPU  # the shell's exit status when the kernel stops a process at its CPU limit
+# A bug that makes a test wait (a socket read or a condition variable with a timeout) costs wall time but no CPU,
+# so no CPU cap stops it. It is dropped when one test of its screening run takes `SLOW_FACTOR x` the test's
+# baseline time plus `SLOW_EXTRA_S`: on the committed projects such waits add 8.4-10 s to a test, every other bug
+# at most 0.22 s (both under load 6-9), so the verdict has a wide margin on either side.
+SLOW_FACTOR, SLOW_EXTRA_S = 4.0, 3.0
 NETWORK = re.compile(r"(?i)ConnectionError|gaierror|Name or service not known|Temporary failure in name resolution|"
                      r"Network is unreachable|URLError|urlopen error|NewConnectionError|socket\.timeout|"
                      r"requests\.exceptions|Failed to establish a new connection")
@@ -70,10 +81,11 @@ def env_for(prepared: Prepared, spec: dict[str, Any] | None) -> dict[str, Any]:
     return env
 
 
-def pytest_cmd(pytest_args: list[str], targets: list[str], *, coverage: bool = False) -> str:
+def pytest_cmd(pytest_args: list[str], targets: list[str], *, coverage: bool = False,
+               cpu_limit: int | None = None) -> str:
     """The test command: pytest with the project's ini `addopts` cleared (they often need plugins that are not
     installed, or turn on coverage and doctests), its own arguments, a fixed `random` seed per test, then the
-    targets."""
+    targets; with `cpu_limit`, each process is stopped after that many CPU seconds (and writes no core file)."""
     parts = ["python", "-m", "pytest", "-rA", "-o", "addopts=", *pytest_args]
     if "no:randomly" not in pytest_args:  # a project that turns the plugin off gets no seed options either
         parts += SEED_ARGS
@@ -84,6 +96,9 @@ def pytest_cmd(pytest_args: list[str], targets: list[str], *, coverage: bool = F
     # A fixed hash seed: test ids built from sets (isodate's parametrizations: 48 of 280 ids changed between two
     # runs) and set or dict reprs in failure messages are then the same in every run.
     cmd = "PYTHONHASHSEED=0 " + " ".join(shlex.quote(p) for p in [*parts, *targets])
+    if cpu_limit:  # SIGXCPU at the soft limit (exit status CPU_KILLED); the hard one, 5 s on, kills a process that
+        # ignores it
+        cmd = f"ulimit -c 0 -S -t {int(cpu_limit)} && ulimit -H -t {int(cpu_limit) + 5} && {cmd}"
     return ('COVERAGE_FILE="$GAGAR_REPORT_DIR/coverage.db" ' + cmd) if coverage else cmd
 
 
@@ -94,6 +109,7 @@ class Baseline:
     passing: set[str] = field(default_factory=set)
     failing: dict[str, str] = field(default_factory=dict)
     coverage: dict[str, dict[int, set[str]]] = field(default_factory=dict)  # path → line → tests executing it
+    times: dict[str, float] = field(default_factory=dict)  # test id → seconds in the baseline run (coverage on)
     duration_s: float = 0.0
     error: str | None = None
 
@@ -157,6 +173,7 @@ def read_baseline(result: EvalResult) -> Baseline:
         out.error = "the test suite did not run at the base commit (no test report; see the run's test_output.txt)"
         return out
     out.passing = {t for t, s in parsed.statuses.items() if s in (PASSED, XFAIL)}
+    out.times = test_times(report)
     messages = failure_messages(report)
     out.failing = {t: messages.get(t, "") for t, s in parsed.statuses.items() if s not in (PASSED, XFAIL, "SKIPPED")}
     if not out.passing:
@@ -221,6 +238,29 @@ def failure_messages(report_dir: Path) -> dict[str, str]:
     return out
 
 
+def test_times(report_dir: Path) -> dict[str, float]:
+    """test id → its `time` in the JUnit report (setup, call and teardown; summed over repeated ids)."""
+    from sandbox.parsers.base import read_xml, testcases
+    from sandbox.parsers.pytest import _node_id
+
+    root = read_xml(Path(report_dir) / "pytest-junit.xml")
+    out: dict[str, float] = {}
+    for case in testcases(root) if root is not None else ():
+        tid = _node_id(case)
+        try:
+            t = float(case.get("time") or 0)
+        except ValueError:
+            t = 0.0
+        if tid:
+            out[tid] = out.get(tid, 0.0) + t
+    return out
+
+
+def cpu_killed(result: EvalResult | None) -> bool:
+    """Whether a test process of this run was stopped at the command's CPU limit."""
+    return result is not None and result.exit_code == CPU_KILLED
+
+
 def covering(m: Mutation, base: Baseline) -> int:
     """How many baseline-passing tests execute the lines of the bug (0: no test would notice it)."""
     lines = base.coverage.get(m.path, {})
@@ -237,7 +277,7 @@ class Group:
 
 
 def group_for(prepared: Prepared, base: Baseline, env: dict[str, Any], path: str, function: str,
-              func_lines: tuple[int, int]) -> Group:
+              func_lines: tuple[int, int], cpu_limit: int | None = CPU_LIMIT_S) -> Group:
     lines = base.coverage.get(path, {})
     tests = sorted({t for n in range(func_lines[0], func_lines[1] + 1) for t in lines.get(n, ())
                     if t in base.passing and not TIMING.search(t)})
@@ -250,7 +290,7 @@ def group_for(prepared: Prepared, base: Baseline, env: dict[str, Any], path: str
     digest = hashlib.sha1(f"{path}\0{function}".encode()).hexdigest()[:10]
     gid = f"{prepared.repo.replace('/', '__')}-synth-g{digest}"
     inst = Instance(instance_id=gid, repo=prepared.repo, base_commit=prepared.base_commit, patch="", test_patch="",
-                    FAIL_TO_PASS=[], PASS_TO_PASS=ran, test_cmd=pytest_cmd(prepared.source.pytest_args, targets),
+                    FAIL_TO_PASS=[], PASS_TO_PASS=ran, test_cmd=pytest_cmd(prepared.source.pytest_args, targets, cpu_limit=cpu_limit),
                     test_framework="pytest", language="python", version=prepared.version,
                     environment_setup_commit=prepared.base_commit, env=env)
     return Group(gid, inst, ran)
@@ -264,16 +304,26 @@ def clean_prediction(gid: str, k: int) -> Prediction:
     return Prediction(gid, NOOP_PATCH, "gagar-synth", f"clean-{k}")
 
 
-def screen_verdict(result: EvalResult | None, max_fail: int) -> tuple[list[str], str | None]:
-    """(the tests the bug breaks, why it is dropped or None) from its first run."""
+def screen_verdict(result: EvalResult | None, max_fail: int,
+                   base_times: dict[str, float] | None = None) -> tuple[list[str], str | None]:
+    """(the tests the bug breaks, why it is dropped or None) from its first run. With the baseline's test times,
+    a bug that makes a test wait (see `SLOW_FACTOR`) is dropped as `slow`."""
     if result is None:
         return [], "not run"
+    if cpu_killed(result):
+        return [], "cpu limit: a test process used up the command's CPU seconds"
     if result.status not in RAN:
         return [], f"{result.status}: {result.error or ''}".strip()
     if result.suspicious_report:
         return [], "suspicious report"
     if result.error:  # out of memory, output cut: a bug that eats resources gives no stable verdict
         return [], f"resources: {result.error}"
+    if base_times is not None:
+        took = test_times(Path(result.log_path or "") / "report")
+        slow = [(t, s) for t, s in took.items() if s > SLOW_FACTOR * base_times.get(t, 0.0) + SLOW_EXTRA_S]
+        if slow:
+            t, s = max(slow, key=lambda x: x[1])
+            return [], f"slow: {t} took {s:.1f} s ({base_times.get(t, 0.0):.2f} s at the base)"
     failed = sorted(result.tests_status.PASS_TO_PASS.get("failure", []))
     if not failed:
         return [], "no test fails"

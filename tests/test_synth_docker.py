@@ -133,3 +133,55 @@ def test_synth_resumes_after_an_interrupt_skips_bad_inputs_and_validates(tmp_pat
     assert val.returncode == 0, val.stderr[-3000:]
     report = json.loads((tmp_path / "val" / "validate_report.json").read_text())
     assert report["valid"] == 3, json.dumps(report["per_instance"], indent=1)[-3000:]
+
+
+def test_group_runs_stop_an_endless_loop_by_cpu_time_and_drop_a_bug_that_makes_a_test_wait(tmp_path: Path) -> None:
+    """The two load-independent screening rules, through the real sandbox: an endless loop is stopped at the
+    command's CPU limit (`ulimit -t`) and dropped as `cpu limit`, not at a wall-clock limit that depends on the
+    load; a bug that makes a test wait (no CPU used, so no CPU limit stops it) is dropped as `slow`; an ordinary
+    bug is kept."""
+    from sandbox.env.validate import NOOP_PATCH
+    from sandbox.records import Instance, Prediction
+    from sandbox.run import evaluate_predictions
+    from synth import validate as val
+
+    base_src = "import time\n\n\ndef add(a, b):\n    return a + b\n\n\ndef echo(x):\n    return x\n"
+    repo = _git_repo(tmp_path / "repos" / "acme__lru", {
+        "lib/__init__.py": "", "lib/core.py": base_src,
+        "tests/test_core.py": "from lib.core import add, echo\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+                              "def test_echo():\n    assert echo(1) == 1\n"})
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+    def patch(new_src: str) -> str:
+        (repo / "lib" / "core.py").write_text(new_src)
+        diff = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
+        (repo / "lib" / "core.py").write_text(base_src)
+        return diff
+
+    bugs = {"spin": patch(base_src.replace("return a + b", "while True:\n        a += b")),
+            "wait": patch(base_src.replace("return x\n", "time.sleep(6)\n    return x + 1\n")),
+            "plain": patch(base_src.replace("a + b", "a - b"))}
+    env = {"python": "3.11", "pip_packages": [*val.COVERAGE_PINS, *val.SEED_PINS]}  # the image of the test above
+    cmd = val.pytest_cmd([], ["tests/test_core.py"], cpu_limit=3)
+    assert cmd.startswith("ulimit -c 0 -S -t 3 && ulimit -H -t 8 && PYTHONHASHSEED=0 python -m pytest")
+    tests = ["tests/test_core.py::test_add", "tests/test_core.py::test_echo"]
+    inst = Instance(instance_id="acme__lru-cpu", repo="acme/lru", base_commit=head.strip(), patch="", test_patch="",
+                    FAIL_TO_PASS=[], PASS_TO_PASS=tests, test_cmd=cmd, test_framework="pytest", language="python",
+                    environment_setup_commit=head.strip(), env=env)
+    preds = [Prediction(inst.instance_id, NOOP_PATCH, "t", "clean")]
+    preds += [Prediction(inst.instance_id, p, "t", name) for name, p in bugs.items()]
+    config = val.sandbox_config(tmp_path / "repos", timeout=120, max_workers=2, run_id="cpu-limit")
+    t0 = time.monotonic()
+    got = {r.rollout_id: r for r in evaluate_predictions([inst], preds, config, run_dir=tmp_path / "run",
+                                                         require_fail_to_pass=False)}
+    assert time.monotonic() - t0 < 110, "the endless loop was not stopped by its CPU limit"
+    assert got["clean"].status == "resolved", got["clean"]
+    base_times = val.test_times(Path(got["clean"].log_path) / "report")
+    assert set(base_times) == set(tests) and max(base_times.values()) < 1
+
+    assert val.cpu_killed(got["spin"]) and not val.cpu_killed(got["plain"]), got["spin"]
+    assert val.screen_verdict(got["spin"], 50, base_times)[1].startswith("cpu limit")
+    fail, why = val.screen_verdict(got["wait"], 50, base_times)
+    assert why is not None and why.startswith("slow: tests/test_core.py::test_echo took"), why
+    assert val.screen_verdict(got["wait"], 50, None) == (["tests/test_core.py::test_echo"], None)  # no times: kept
+    assert val.screen_verdict(got["plain"], 50, base_times) == (["tests/test_core.py::test_add"], None)
