@@ -6,6 +6,7 @@
                                                               [--max-tasks N]
     flock /work/coord/cpu.lock .venv/bin/python bench/tasks.py check --out DIR [--sample N]   # the check alone
     .venv/bin/python bench/tasks.py compare A/instances.jsonl B/instances.jsonl    # `make tasks-synth`'s check
+    .venv/bin/python bench/tasks.py margins DIR    # the screen's timing rules against a finished run's runs
 
 Runs the synthesis from `examples/synth/sources.json` + `env_specs.json` into an empty DIR (the sdists are
 downloaded, the environment images reused when they exist: the figures say which), timing it and sampling the
@@ -117,6 +118,39 @@ def _per_project(manifest: dict) -> dict:
     return out
 
 
+def margins(out: Path) -> dict:
+    """How far the screen's two timing rules sit from the runs they judged (a verdict near its threshold could
+    differ in another synthesis): the `slow` rule's per-test excess over `SLOW_FACTOR` x the baseline time, for
+    the bugs it dropped and for every other screening run; the CPU limit against the longest run of a task."""
+    from synth import validate as val
+
+    tasks = {m["key"] for m in _rows(out / "tasks_meta.jsonl")}
+    slow, other, task_runs, stopped = [], [], [], 0
+    for results in sorted((out / "work").glob("*/runs/results.jsonl")):
+        rows = _rows(results)
+        base = next((r for r in rows if r["rollout_id"] == "baseline"), None)
+        if base is None:
+            continue
+        base_times = val.test_times(Path(base["log_path"]) / "report")
+        for r in rows:
+            rid = r["rollout_id"]
+            if not rid.startswith("bug-"):
+                continue
+            stopped += r.get("exit_code") == val.CPU_KILLED and rid.endswith("-1")
+            if rid[4:].rsplit("-", 1)[0] in tasks:
+                task_runs.append(r["duration_s"])
+            if not rid.endswith("-1") or not r.get("log_path"):
+                continue
+            took = val.test_times(Path(r["log_path"]) / "report")
+            excess = max((t - val.SLOW_FACTOR * base_times.get(k, 0.0) for k, t in took.items()), default=0.0)
+            (slow if excess > val.SLOW_EXTRA_S else other).append(excess)
+    return {"slow_rule": f"a test takes > {val.SLOW_FACTOR:g} x its baseline time + {val.SLOW_EXTRA_S:g} s",
+            "dropped_slow": len(slow), "smallest_excess_dropped_s": round(min(slow), 2) if slow else None,
+            "largest_excess_kept_s": round(max(other), 2) if other else None, "screening_runs": len(slow) + len(other),
+            "cpu_limit_s": val.CPU_LIMIT_S, "stopped_at_cpu_limit": stopped,
+            "longest_run_of_a_task_s": round(max(task_runs), 2) if task_runs else None, "task_runs": len(task_runs)}
+
+
 def check(out: Path, max_workers: int, sample: int | None, env: dict) -> dict:
     """`gagar validate --repeats 3` of the set in `out` (or of its first `sample` tasks per project)."""
     rows = _rows(out / "instances.jsonl")
@@ -144,6 +178,12 @@ def check(out: Path, max_workers: int, sample: int | None, env: dict) -> dict:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "compare":
         return compare(Path(sys.argv[2]), Path(sys.argv[3]))
+    if len(sys.argv) > 2 and sys.argv[1] == "margins":  # of a finished run's work dir, added to the results
+        result = json.loads(RESULT.read_text())
+        result["screen_margins"] = margins(Path(sys.argv[2]))
+        atomic_write_text(RESULT, json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["screen_margins"], indent=2))
+        return 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if len(sys.argv) > 1 and sys.argv[1] == "check":
         cp = argparse.ArgumentParser(prog="bench/tasks.py check")
@@ -202,6 +242,7 @@ def main() -> int:
                     "synth <= 30 min": synth_s <= 1800},
         "per_project": _per_project(manifest),
         "per_kind": _per_kind(manifest),
+        "screen_margins": margins(out),
     }
     if not args.no_check:
         result["check"] = check(out, args.max_workers, None, env)
