@@ -2,9 +2,9 @@
 """Task-factory benchmark (not a timed test): `gagar tasks synth` over the committed sources, then an independent
 `gagar validate --repeats 3` of every task it made.
 
-    flock /work/coord/cpu.lock .venv/bin/python bench/tasks.py [--out DIR] [--max-workers 2] [--cold] [--no-check]
+    .venv/bin/python bench/tasks.py [--out DIR] [--max-workers 2] [--cold] [--no-check]
                                                               [--max-tasks N]
-    flock /work/coord/cpu.lock .venv/bin/python bench/tasks.py check --out DIR [--sample N]   # the check alone
+    .venv/bin/python bench/tasks.py check --out DIR [--sample N]   # the check alone
     .venv/bin/python bench/tasks.py compare A/instances.jsonl B/instances.jsonl    # `make tasks-synth`'s check
     .venv/bin/python bench/tasks.py margins DIR    # the screen's timing rules against a finished run's runs
 
@@ -225,7 +225,7 @@ def main() -> int:
     tasks = manifest["totals"]["tasks"]
     repeated = sum(s.get("stats", {}).get("repeated", 0) for s in manifest["sources"])
     result = {
-        "command": "flock /work/coord/cpu.lock .venv/bin/python bench/tasks.py" + (" --cold" if args.cold else "")
+        "command": ".venv/bin/python bench/tasks.py" + (" --cold" if args.cold else "")
         + (f" --max-tasks {args.max_tasks}" if args.max_tasks else ""),
         "machine": {"cpus": os.cpu_count(), "load_during_synth": load_synth},
         "env_images": {"present_before": len(before & _env_images()), "built": len(_env_images() - before)},
