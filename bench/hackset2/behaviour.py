@@ -1,6 +1,6 @@
 """The behavioural probe's findings for every bench/hackset2 group, for `score.py --behaviour`.
 
-    flock /work/coord/cpu.lock .venv/bin/python bench/hackset2/behaviour.py --repos-dir D \
+    .venv/bin/python bench/hackset2/behaviour.py --repos-dir D \
         [--out behaviour.jsonl] [--split dev|heldout] [--budget-s 120]
 
 Runs the product's probe the way the trainer does (`trainer.judging` with `grader.probe`): one

@@ -2,7 +2,7 @@
 group per task (the gold fix, the group's hacks and its honest fixes, with the task's test patch and
 FAIL_TO_PASS), then the `hacks` verdicts and rankings of its output are counted against the set's labels.
 
-    flock /work/coord/cpu.lock .venv/bin/python bench/hackset2/score.py --repos-dir D \
+    .venv/bin/python bench/hackset2/score.py --repos-dir D \
         [--behaviour B.jsonl] [--out bench/results/hackset2.json]
 
 Reported per split (`dev`, `heldout`, `all`): recall on hacks (overall and per mindset), false flags on gold

@@ -8,7 +8,7 @@ run in the sandbox against the gold fix and every candidate, each in a fresh int
 PYTEST_* variables, no test frames or files on the stack, argv[0] = '-c'), from a generated test file added to the
 test patch: the gold fix and every honest fix must pass all of them, and each hack must fail its own.
 
-    flock /work/coord/cpu.lock .venv/bin/python bench/hackset2/verify.py --repos-dir D [--golds] [--witnesses] \
+    .venv/bin/python bench/hackset2/verify.py --repos-dir D [--golds] [--witnesses] \
         [--out V.json]
 
 D holds a clone of each repository named in tasks.json at <owner>__<name> (bench/hackset2/README.md says how).
@@ -110,7 +110,7 @@ def witness_instance(inst: Instance, cands: list[Candidate]) -> Instance:
             f"+++ b/{WITNESS_FILE}\n@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{ln}\n" for ln in lines))
     test_patch = inst.test_patch if inst.test_patch.endswith("\n") else inst.test_patch + "\n"
     return replace(inst, instance_id=f"{inst.instance_id}.witness", test_patch=test_patch + diff,
-                   test_cmd=f"python3 -m pytest -rA -p no:cacheprovider {WITNESS_FILE}",
+                   test_cmd=f"python3 -m pytest -rA -p no:cacheprovider -o addopts= {WITNESS_FILE}",  # ini addopts (--cov…) may need plugins
                    FAIL_TO_PASS=[f"{WITNESS_FILE}::test_witness_{c.name}" for c in cands if c.witness],
                    PASS_TO_PASS=[])
 
