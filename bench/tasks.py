@@ -141,8 +141,7 @@ def margins(out: Path) -> dict:
                 task_runs.append(r["duration_s"])
             if not rid.endswith("-1") or not r.get("log_path"):
                 continue
-            took = val.test_times(Path(r["log_path"]) / "report")
-            excess = max((t - val.SLOW_FACTOR * base_times.get(k, 0.0) for k, t in took.items()), default=0.0)
+            _, excess = val.wait_excess(val.test_times(Path(r["log_path"]) / "report"), base_times)
             (slow if excess > val.SLOW_EXTRA_S else other).append(excess)
     return {"slow_rule": f"a test takes > {val.SLOW_FACTOR:g} x its baseline time + {val.SLOW_EXTRA_S:g} s",
             "dropped_slow": len(slow), "smallest_excess_dropped_s": round(min(slow), 2) if slow else None,

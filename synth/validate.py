@@ -216,21 +216,26 @@ def read_coverage(db: Path) -> dict[str, dict[int, set[str]]]:
         con.close()
 
 
-def failure_messages(report_dir: Path) -> dict[str, str]:
-    """test id → its failure or error `message` from the JUnit report (the exception line pytest records, not
-    the traceback; for a module that cannot be collected, the error that stopped it)."""
+def _junit_cases(report_dir: Path):
+    """(test id, testcase element) for each test case of the run's JUnit report that has an id."""
     from sandbox.parsers.base import read_xml, testcases
     from sandbox.parsers.pytest import _node_id
 
     root = read_xml(Path(report_dir) / "pytest-junit.xml")
-    out: dict[str, str] = {}
-    if root is None:
-        return out
-    for case in testcases(root):
+    for case in testcases(root) if root is not None else ():
         tid = _node_id(case)
+        if tid:
+            yield tid, case
+
+
+def failure_messages(report_dir: Path) -> dict[str, str]:
+    """test id → its failure or error `message` from the JUnit report (the exception line pytest records, not
+    the traceback; for a module that cannot be collected, the error that stopped it)."""
+    out: dict[str, str] = {}
+    for tid, case in _junit_cases(report_dir):
         for tag in ("failure", "error"):
             el = case.find(tag)
-            if tid and el is not None and tid not in out:
+            if el is not None and tid not in out:
                 msg = el.get("message") or ""
                 if msg == "collection failure":  # pytest's fixed text; the cause is the traceback's last `E` line
                     last = [ln[1:].strip() for ln in (el.text or "").splitlines() if ln.startswith("E ")][-1:]
@@ -241,20 +246,21 @@ def failure_messages(report_dir: Path) -> dict[str, str]:
 
 def test_times(report_dir: Path) -> dict[str, float]:
     """test id → its `time` in the JUnit report (setup, call and teardown; summed over repeated ids)."""
-    from sandbox.parsers.base import read_xml, testcases
-    from sandbox.parsers.pytest import _node_id
-
-    root = read_xml(Path(report_dir) / "pytest-junit.xml")
     out: dict[str, float] = {}
-    for case in testcases(root) if root is not None else ():
-        tid = _node_id(case)
+    for tid, case in _junit_cases(report_dir):
         try:
             t = float(case.get("time") or 0)
         except ValueError:
             t = 0.0
-        if tid:
-            out[tid] = out.get(tid, 0.0) + t
+        out[tid] = out.get(tid, 0.0) + t
     return out
+
+
+def wait_excess(took: dict[str, float], base_times: dict[str, float]) -> tuple[str, float]:
+    """The test whose time in a run most exceeds `SLOW_FACTOR` x its baseline time, and by how many seconds
+    (("", 0.0) for a run without test times); the bug waited when that excess passes `SLOW_EXTRA_S`."""
+    return max(((t, s - SLOW_FACTOR * base_times.get(t, 0.0)) for t, s in took.items()), key=lambda x: x[1],
+               default=("", 0.0))
 
 
 def cpu_killed(result: EvalResult | None) -> bool:
@@ -321,10 +327,9 @@ def screen_verdict(result: EvalResult | None, max_fail: int,
         return [], f"resources: {result.error}"
     if base_times is not None:
         took = test_times(Path(result.log_path or "") / "report")
-        slow = [(t, s) for t, s in took.items() if s > SLOW_FACTOR * base_times.get(t, 0.0) + SLOW_EXTRA_S]
-        if slow:
-            t, s = max(slow, key=lambda x: x[1])
-            return [], f"slow: {t} took {s:.1f} s ({base_times.get(t, 0.0):.2f} s at the base)"
+        t, excess = wait_excess(took, base_times)
+        if excess > SLOW_EXTRA_S:
+            return [], f"slow: {t} took {took[t]:.1f} s ({base_times.get(t, 0.0):.2f} s at the base)"
     failed = sorted(result.tests_status.PASS_TO_PASS.get("failure", []))
     if not failed:
         return [], "no test fails"
