@@ -24,9 +24,23 @@ TESTS_NEW = TESTS_BASE + "\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 FIX = "def add(a, b):\n    return a + b\n\n\ndef neg(a):\n    return -a\n"
 
 
-def _git(cwd: Path, *args: str) -> str:
+def git(cwd: Path, *args: str) -> str:
+    """Host git on a test's own repository, with a fixed identity and date so that commit ids (and whatever a
+    test seeds from them) are the same in every run."""
     return subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True,
                           text=True).stdout
+
+
+def commit_tree(root: Path, files: dict[str, str] | None = None, message: str = "base") -> str:
+    """Write `files` under `root`, commit everything (initialising the repository if needed); the commit id."""
+    for name, body in (files or {}).items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(body)
+    if not (root / ".git").exists():
+        git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", message)
+    return git(root, "rev-parse", "HEAD").strip()
 
 
 def docker_ready() -> str | None:
@@ -74,10 +88,10 @@ class CalcTask:
         (self.repo / "tests").mkdir()
         (self.repo / "calc.py").write_text(CALC)
         (self.repo / "tests" / "test_calc.py").write_text(TESTS_BASE)
-        _git(self.repo, "init", "-q", "-b", "main")
-        _git(self.repo, "add", "-A")
-        _git(self.repo, "commit", "-qm", "base")
-        self.base_commit = _git(self.repo, "rev-parse", "HEAD").strip()
+        git(self.repo, "init", "-q", "-b", "main")
+        git(self.repo, "add", "-A")
+        git(self.repo, "commit", "-qm", "base")
+        self.base_commit = git(self.repo, "rev-parse", "HEAD").strip()
         self.test_patch = self.diff({"tests/test_calc.py": TESTS_NEW})
         self.instance = {
             "instance_id": "acme__calc-1", "repo": REPO, "base_commit": self.base_commit,
@@ -92,7 +106,7 @@ class CalcTask:
         scratch = self.root / "scratch"
         if scratch.exists():
             shutil.rmtree(scratch)
-        _git(self.root, "clone", "-q", str(self.repo), str(scratch))
+        git(self.root, "clone", "-q", str(self.repo), str(scratch))
         for rel, text in files.items():
             p = scratch / rel
             if text is None:
@@ -100,8 +114,8 @@ class CalcTask:
             else:
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_text(text)
-        _git(scratch, "add", "-A")
-        out = _git(scratch, "diff", "--cached", "--binary")
+        git(scratch, "add", "-A")
+        out = git(scratch, "diff", "--cached", "--binary")
         shutil.rmtree(scratch)
         return out
 

@@ -200,23 +200,23 @@ def test_go_toolchain_from_go_mod_and_too_old_is_infra_error(tmp_path: Path) -> 
     """go.mod says 1.21 and the code imports `slices`: Go 1.24 (trixie) is chosen and gold resolves; forcing
     env.go 1.19 gives infra_error naming the toolchain, never a silent unresolved."""
     require_docker()
-    from sandbox_fixtures import _git
+    from sandbox_fixtures import git
 
     repo = tmp_path / "repos" / "ex__sorted"
     repo.mkdir(parents=True)
     (repo / "go.mod").write_text(GO_MOD)
     (repo / "top.go").write_text(GO_SRC)
     (repo / "top_test.go").write_text(GO_TEST)
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
     (repo / "top_test.go").write_text(GO_NEW_TEST)
-    test_patch = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
+    test_patch = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", ".")
     (repo / "top.go").write_text(GO_SRC.replace("return ys[:n]", "return ys[:min(n, len(ys))]"))
-    gold = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
+    gold = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", ".")
     row = {"instance_id": "ex__sorted-1", "repo": "ex/sorted", "base_commit": base, "patch": gold,
            "test_patch": test_patch, "FAIL_TO_PASS": ["TestTopMoreThanLen"], "PASS_TO_PASS": ["TestTop"],
            "test_cmd": "go test -json ./...", "test_framework": "go", "language": "go"}

@@ -208,14 +208,8 @@ def test_go_toolchain_from_go_mod(tmp_path: Path) -> None:
     repo.mkdir(parents=True)
 
     def commit(files: dict[str, str]) -> str:
-        for k, v in files.items():
-            (repo / k).parent.mkdir(parents=True, exist_ok=True)
-            (repo / k).write_text(v)
-        env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-               "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
-            subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
-        return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        from sandbox_fixtures import commit_tree
+        return commit_tree(repo, files)
 
     def plan(c: str, **kw):
         return plan_instance(Instance.from_dict({"instance_id": "g-1", "repo": "o/g", "base_commit": c,

@@ -14,14 +14,14 @@ import zlib
 from pathlib import Path
 
 import pytest
+from sandbox_fixtures import GIT_ENV
 
 from sandbox.integrity import gitsafe
 from sandbox.integrity.treediff import Limits, TreeDiffError, tree_diff
 from sandbox.workspace import GroupWorkspace
 
-ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@example.invalid", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-       "PATH": os.environ["PATH"], "HOME": "/nonexistent"}
+# Nothing of the caller's environment but PATH: no user config can reach the git calls under test.
+ENV = {**{k: v for k, v in GIT_ENV.items() if k.startswith("GIT_")}, "PATH": os.environ["PATH"], "HOME": "/nonexistent"}
 FUTURE_TEXT = "FUTURE-FIX-7f3a9c"
 
 

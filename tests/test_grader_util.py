@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
+from sandbox_fixtures import commit_tree, git
 from task_fixtures import build_bundled_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
-
-
 def make_repo(repos_dir: Path, files: dict[str, str], name: str = "acme__calc") -> tuple[Path, str]:
     """A git repo `<repos_dir>/<name>` holding `files` in one commit; returns (path, commit)."""
     repo = repos_dir / name
     repo.mkdir(parents=True)
-    git(repo, "init", "-q")
-    for rel, text in files.items():
-        p = repo / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
-    return repo, git(repo, "rev-parse", "HEAD").strip()
+    return repo, commit_tree(repo, files)
 
 
 def make_patch(repo: Path, changes: dict[str, str | None]) -> str:

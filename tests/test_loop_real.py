@@ -5,11 +5,11 @@ configs/loop_real.yaml with the pretrained SmolLM2 policy on a two-project cut o
 from __future__ import annotations
 
 import json
-import subprocess
 from math import comb
 from pathlib import Path
 
 import pytest
+from sandbox_fixtures import commit_tree, git
 
 from sandbox.records import Instance
 from trainer.agent.prompts import _window, context_files
@@ -22,10 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SYNTH = ROOT / "examples" / "synth"
 
 
-def _git(root: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "HOME": str(root), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def _repo_with_fix(root: Path, base: str, fixed: str) -> tuple[Path, str, str]:
@@ -33,14 +29,10 @@ def _repo_with_fix(root: Path, base: str, fixed: str) -> tuple[Path, str, str]:
     `fixed`)."""
     repo = root / "acme__demo"
     repo.mkdir(parents=True)
-    (repo / "mod.py").write_text(base)
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    commit = _git(repo, "rev-parse", "HEAD").strip()
+    commit = commit_tree(repo, {"mod.py": base})
     (repo / "mod.py").write_text(fixed)
-    patch = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", "mod.py")
+    patch = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", "mod.py")
     return repo, commit, patch
 
 

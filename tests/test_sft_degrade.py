@@ -14,20 +14,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sandbox_fixtures import commit_tree, git
 
 from sft.degrade import KINDS, build_variants
 from sft.degrade_common import code_mask
 
 ROOT = Path(__file__).resolve().parents[1]
-GIT_ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
 
 GO_BASE = {
     "go.mod": "module example.com/calc\n\ngo 1.19\n",
@@ -104,25 +96,13 @@ JAVA_FIX = (
 )
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, env=GIT_ENV, check=True, capture_output=True, text=True
-    ).stdout
-
-
 def make_repo(repos: Path, name: str, files: dict[str, str], fix: tuple[str, str, str], lang: str) -> dict:
     repo = repos / f"acme__{name}"
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
+    base = commit_tree(repo, files)
     path, old, new = fix
     (repo / path).write_text((repo / path).read_text().replace(old, new, 1))
-    gold = _git(repo, "diff")
-    _git(repo, "checkout", "-q", "--", ".")
+    gold = git(repo, "diff")
+    git(repo, "checkout", "-q", "--", ".")
     return {
         "instance_id": f"acme__{name}-1",
         "repo": f"acme/{name}",
@@ -146,7 +126,7 @@ def _check_variants(inst: dict, repos: Path, seed: int) -> list:
         assert len(v.evidence) == k and all(":" in e for e in v.evidence)
         src = repos / inst["repo"].replace("/", "__")
         wt = repos.parent / f"wt-{inst['instance_id']}-{seed}-{k}"
-        _git(src, "worktree", "add", "-q", "--detach", str(wt), inst["base_commit"])
+        git(src, "worktree", "add", "-q", "--detach", str(wt), inst["base_commit"])
         try:
             subprocess.run(["git", "apply", "--check", "-"], cwd=wt, input=v.patch, text=True, check=True)
             subprocess.run(["git", "apply", "-"], cwd=wt, input=v.patch, text=True, check=True)
@@ -154,7 +134,7 @@ def _check_variants(inst: dict, repos: Path, seed: int) -> list:
                 _assert_parses(wt, inst["language"])
         finally:
             shutil.rmtree(wt)
-            _git(src, "worktree", "prune")
+            git(src, "worktree", "prune")
     return variants
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
+from sandbox_fixtures import commit_tree, git
 
 from grader.records import Candidate, Group, read_jsonl
 from grader.view import change_view, enclosing
@@ -25,9 +24,6 @@ from sft.data import RANK, mixed, project, split_repos
 from sft.degrade import Variant, scratch_tree
 from sft.history import qualifies
 from sft.inverted import inverted_on, partial_fix, special_case
-
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 
 CONVERT = '''"""Length units."""
 
@@ -77,39 +73,25 @@ def test_unknown_unit():
 '''
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, env=GIT_ENV, capture_output=True, text=True, check=True).stdout
-
-
-def _commit(repo: Path, files: dict[str, str], msg: str) -> str:
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", msg)
-    return _git(repo, "rev-parse", "HEAD").strip()
-
-
 @pytest.fixture(scope="module")
 def clones(tmp_path_factory) -> Path:
     """acme/units: base, the fix (with its test), a docs-only commit, an oversized one."""
     root = tmp_path_factory.mktemp("clones")
     repo = root / "acme__units"
     repo.mkdir()
-    _git(repo, "init", "-q")
-    _commit(repo, {"units/__init__.py": "", "units/convert.py": CONVERT, "tests/test_convert.py": TEST}, "base")
-    _commit(repo, {"units/convert.py": FIXED, "tests/test_convert.py": TEST_FIXED},
-            "Reject unknown units\n\nto_meters silently used 1.0.\n\nSigned-off-by: t <t@t>")
-    _commit(repo, {"README.md": "units\n"}, "docs: readme")
+    commit_tree(repo, {"units/__init__.py": "", "units/convert.py": CONVERT, "tests/test_convert.py": TEST}, "base")
+    commit_tree(repo, {"units/convert.py": FIXED, "tests/test_convert.py": TEST_FIXED},
+                "Reject unknown units\n\nto_meters silently used 1.0.\n\nSigned-off-by: t <t@t>")
+    commit_tree(repo, {"README.md": "units\n"}, "docs: readme")
     big = FIXED + "".join(f"\n\ndef f{i}(x):\n    return x + {i}\n" for i in range(30))
-    _commit(repo, {"units/convert.py": big, "tests/test_convert.py": TEST_FIXED + "\n# more\n"}, "Add many helpers")
+    commit_tree(repo, {"units/convert.py": big, "tests/test_convert.py": TEST_FIXED + "\n# more\n"}, "Add many helpers")
     return root
 
 
 @pytest.fixture(scope="module")
 def history(clones, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("history")
-    head = _git(clones / "acme__units", "rev-parse", "HEAD").strip()
+    head = git(clones / "acme__units", "rev-parse", "HEAD").strip()
     pins = out / "pins.txt"
     pins.write_text(f"# a comment\nacme/units {head} heldout\n")
     assert sft_main(["history", "--repos-dir", str(clones), "--pins", str(pins), "--out", str(out)]) == 0
@@ -123,7 +105,7 @@ def test_history_mines_the_fix_and_skips_docs_and_oversized_commits(history, clo
     assert "+    if unit not in FACTORS:" in inst["patch"] and "tests/" not in inst["patch"]
     assert "test_unknown_unit" in inst["test_patch"]
     repo = clones / "acme__units"
-    assert inst["base_commit"] == _git(repo, "rev-parse", f"{inst['fix_commit']}^").strip()
+    assert inst["base_commit"] == git(repo, "rev-parse", f"{inst['fix_commit']}^").strip()
     assert (history / "repos" / "acme__units").resolve() == repo.resolve()
     assert qualifies([("units/convert.py", 3, 1), ("tests/test_convert.py", 5, 0)], "Fix it")
     assert not qualifies([("units/convert.py", 3, 1), ("tests/test_convert.py", 5, 0)], "Bump version")

@@ -335,7 +335,7 @@ def test_go_json_report_over_1mib_is_graded_whole(tmp_path: Path) -> None:
     """`go test -json` is the report the Go verdict is read from: over the 1 MiB output cap (≈2.8 MB here), the
     listed test whose events lie in the dropped middle is still graded (before: parsed from the capped log, TestC.s start was lost and the run was flagged suspicious)."""
     import docker
-    from sandbox_fixtures import _git, require_docker
+    from sandbox_fixtures import git, require_docker
 
     from sandbox.config import SandboxConfig
     from sandbox.records import Prediction
@@ -351,10 +351,10 @@ def test_go_json_report_over_1mib_is_graded_whole(tmp_path: Path) -> None:
     (repo / "go.mod").write_text("module example.com/big\n\ngo 1.19\n")
     (repo / "big.go").write_text("package big\n\nfunc Answer() int { return 41 }\n")
     (repo / "big_test.go").write_text(GO_TEST)
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
     fix = ("diff --git a/big.go b/big.go\n--- a/big.go\n+++ b/big.go\n@@ -1,3 +1,3 @@\n package big\n \n"
            "-func Answer() int { return 41 }\n+func Answer() int { return 42 }\n")
     inst = Instance.from_dict({"instance_id": "acme__big-1", "repo": "acme/big", "base_commit": base, "patch": fix,

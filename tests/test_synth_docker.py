@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_fixtures import commit_tree
 
 from synth.statement import leaks
 
@@ -25,14 +26,7 @@ GAGAR = [sys.executable, "-m", "gagar"]
 def _git_repo(root: Path, files: dict[str, str] | None = None, copy: Path | None = None) -> Path:
     if copy is not None:
         shutil.copytree(copy, root)
-    for name, body in (files or {}).items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(body)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
-           "HOME": str(root), "PATH": "/usr/bin:/bin"}
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "base"]):
-        subprocess.run(cmd, cwd=root, env=env, check=True)
+    commit_tree(root, files)
     return root
 
 

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from sandbox_fixtures import commit_tree
 
 from synth.mutate import KINDS, find_mutations
 from synth.order import Checker, iter_candidates, order_candidates
@@ -128,10 +129,7 @@ def repo(tmp_path_factory) -> Path:
     (root / "pkg" / "m.py").write_text(SOURCE)
     (root / "tests").mkdir()
     (root / "tests" / "test_m.py").write_text("from pkg.m import clamp\n\ndef test_c():\n    assert clamp(1, 2, 3) == 2\n")
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "HOME": str(root), "PATH": "/usr/bin:/bin"}
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "base"]):
-        subprocess.run(cmd, cwd=root, env=env, check=True)
+    commit_tree(root)
     return root
 
 

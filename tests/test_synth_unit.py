@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import pytest
+from sandbox_fixtures import commit_tree
 
 from synth import cli
 from synth.factory import ProjectRun, split_repos
@@ -74,13 +74,7 @@ def test_statement_keeps_only_what_every_run_printed() -> None:
 
 
 def _git_repo(root: Path, files: dict[str, str]) -> Path:
-    for name, body in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(body)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "HOME": str(root), "PATH": "/usr/bin:/bin"}
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "base"]):
-        subprocess.run(cmd, cwd=root, env=env, check=True)
+    commit_tree(root, files)
     return root
 
 
