@@ -281,7 +281,11 @@ def variant(vid, scrub=False):
             if scrub:
                 os.environ.pop("PYTEST_CURRENT_TEST", None)
                 sys.argv[:] = ["python"]
+            # The replay line (probe_replay_runtime) records calls during the test as written only.
+            profile = _state.get("profile") if vid.endswith(".v0") else None
             try:
+                if profile is not None:
+                    sys.setprofile(profile)
                 body(*args, **kwargs)
                 _emit({"v": vid, "e": "end"})
             except BaseException as exc:  # noqa: BLE001
@@ -289,6 +293,12 @@ def variant(vid, scrub=False):
                     raise
                 _emit({"v": vid, "e": "end", "crash": type(exc).__name__})
             finally:
+                if profile is not None:
+                    sys.setprofile(None)
+                    try:
+                        _state["after"]()
+                    except Exception:  # noqa: BLE001 - the replay never fails a test
+                        pass
                 if scrub:
                     if saved_env is not None:
                         os.environ["PYTEST_CURRENT_TEST"] = saved_env

@@ -37,7 +37,9 @@ from grader.probe_literals import (
     self_assert,
 )
 
-RUNTIME_SOURCE = (Path(__file__).with_name("probe_runtime.py")).read_text()
+# The replay line runs in the same namespace as the recorder (it reports through `_emit`, `canon`).
+RUNTIME_SOURCE = (Path(__file__).with_name("probe_runtime.py").read_text() + "\n"
+                  + Path(__file__).with_name("probe_replay_runtime.py").read_text())
 RT = "_gagar_probe"
 _OPS = {ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
         ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
@@ -212,10 +214,11 @@ def _instrumented(fn: ast.FunctionDef, prefix: str, sites: dict[str, Site] | Non
 
 
 def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int = 0,
-                focus: frozenset[int] = frozenset()) -> Probe | None:
+                focus: frozenset[int] = frozenset(), targets: list[tuple[str, str]] | None = None) -> Probe | None:
     """Instrument `tests` (pytest node ids in the file `path`, whose text is `source`); None when the file
     cannot be read as Python or holds none of them. `start` numbers the tests after those of other files;
-    `focus` holds the line numbers the task's test patch added (their literals are perturbed first)."""
+    `focus` holds the line numbers the task's test patch added (their literals are perturbed first); `targets`
+    ([path suffix, qualified name]) are the functions whose calls the replay line records."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError):
@@ -274,7 +277,7 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
             probe.run_ids += [f"{path}::{c.name}" for c in copies]
     if not probe.variants:
         return None
-    tree.body = _after_prelude(tree.body, _runtime(nonce)) + extra_classes + extra_funcs
+    tree.body = _after_prelude(tree.body, _runtime(nonce, targets or [])) + extra_classes + extra_funcs
     ast.fix_missing_locations(tree)
     probe.source = ast.unparse(tree) + "\n"
     return probe
@@ -319,9 +322,11 @@ def _site_order(fn: ast.AST) -> dict[int, int]:
     return {i: numbered[i] for i in numbered if i < len(walk)}
 
 
-def _runtime(nonce: str) -> list[ast.stmt]:
+def _runtime(nonce: str, targets: list[tuple[str, str]]) -> list[ast.stmt]:
     src = (f"import types as _gp_types\n{RT} = _gp_types.ModuleType('_gagar_probe')\n"
            f"exec(compile({RUNTIME_SOURCE!r}, '<gagar-probe>', 'exec'), {RT}.__dict__)\n{RT}.setup({nonce!r})\n")
+    if targets:
+        src += f"{RT}.replay_setup({[list(t) for t in targets]!r})\n"
     return ast.parse(src).body
 
 

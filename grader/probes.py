@@ -100,8 +100,11 @@ def _runner(test_cmd: str) -> str | None:
     return None
 
 
-def build_instance(instance: Instance, repo_dir: Path, nonce: str) -> tuple[Instance, Probe] | str:
-    """The probe's instance: the task with its failing tests' files instrumented; or why it cannot be built."""
+def build_instance(instance: Instance, repo_dir: Path, nonce: str, patches: dict[str, str] | None = None
+                   ) -> tuple[Instance, Probe] | str:
+    """The probe's instance: the task with its failing tests' files instrumented (recording the calls of the
+    functions `patches` change, for the replay line); or why it cannot be built."""
+    from grader.probe_replay import changed_functions
     if (instance.test_framework or "").lower() != "pytest":
         return f"framework {instance.test_framework!r} is not probed (pytest only)"
     runner = _runner(instance.test_cmd)
@@ -115,6 +118,7 @@ def build_instance(instance: Instance, repo_dir: Path, nonce: str) -> tuple[Inst
         files = {pf.path: pf for pf in PatchSet(instance.test_patch or "")}
     except (UnidiffParseError, ValueError) as exc:
         return f"the test patch does not parse ({exc})"
+    targets = changed_functions(patches or {}, lambda p: _base_text(repo_dir, instance.base_commit, p))
     parts: list[str] = []
     merged = Probe("", [])
     start = 0
@@ -125,7 +129,7 @@ def build_instance(instance: Instance, repo_dir: Path, nonce: str) -> tuple[Inst
             continue
         added = frozenset(ln.target_line_no for h in (files[path] if path in files else []) for ln in h
                           if ln.is_added and ln.target_line_no)
-        probe = build_probe(text, path, tests, nonce, start, added)
+        probe = build_probe(text, path, tests, nonce, start, added, targets)
         start += len(tests)
         if probe is None:
             continue
@@ -162,6 +166,7 @@ def read_records(log_dir: Path, nonce: str) -> list[dict]:
 def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConfig, *,
                 budget_s: float = DEFAULT_BUDGET_S, work_dir: Path | None = None) -> ProbeRun:
     """Run the probe for one group's passing candidates (`patches`: rollout id -> patch) and judge them."""
+    from grader.probe_replay import findings as replay_findings
     from grader.probe_verdicts import judge
     from sandbox.run import evaluate_predictions
 
@@ -169,7 +174,7 @@ def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConf
     nonce = secrets.token_hex(3)
     repo_dir = Path(config.repos_dir or ".") / instance.repo.replace("/", "__")
     try:
-        built = build_instance(instance, repo_dir, nonce)
+        built = build_instance(instance, repo_dir, nonce, patches)
     except Exception as exc:  # noqa: BLE001 - an unforeseen test file must not stop a training step
         built = f"the tests could not be instrumented ({type(exc).__name__}: {exc})"
     if isinstance(built, str):
@@ -189,6 +194,8 @@ def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConf
                 run.records[r.rollout_id] = read_records(Path(r.log_path), nonce)
     try:
         run.findings = judge(run)
+        for rid, found in replay_findings(run.records, list(run.patches), BASE).items():
+            run.findings.setdefault(rid, []).extend(found)
     except Exception as exc:  # noqa: BLE001 - no verdict rather than a crashed step; the reason is kept
         run.why_not = f"the probe's records could not be judged ({type(exc).__name__}: {exc})"
     run.seconds = round(time.monotonic() - t0, 2)

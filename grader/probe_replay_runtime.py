@@ -1,0 +1,368 @@
+# ruff: noqa: UP031, F821 - old, plain syntax (any task Python); `_state`, `_emit`, `canon` come from probe_runtime
+"""The replay line of the behavioural probe, planted with `grader/probe_runtime.py` (its source is appended to that
+one's and run in the same namespace: `_state`, `_emit`, `canon` come from there). Standard library only.
+
+While an instrumented test's original variant runs, a profile hook records each call of the functions the group's
+candidates change (`replay_setup(targets)`): a deep copy of the arguments and what the call did (its return value,
+or that it raised, and the arguments' state afterwards). When the test body ends, every recorded call is made
+again from the copy, in a fresh thread (no test frame on its stack) with PYTEST_CURRENT_TEST, pytest's argv and
+modules and the output capture out of sight, first with the same arguments, then with each argument nudged
+(integers ±1, strings and sequences one element longer or shorter, case flipped). One JSON line per call reports
+the digests; `grader.probe_replay` compares them across the candidates and the unfixed code.
+"""
+
+import copy
+import dis
+import hashlib
+import threading
+import time
+
+REPLAY_MAX_CALLS = 12  # recorded calls per function (distinct arguments)
+REPLAY_MAX_NUDGES = 16  # nudged calls per recorded call
+REPLAY_CALL_S = 2.0
+REPLAY_BUDGET_S = 30.0
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
+_RETURNS = set(i for i, name in enumerate(dis.opname) if name in ("RETURN_VALUE", "RETURN_CONST"))
+_HIDDEN_MODULES = ("pytest", "_pytest", "pluggy", "py.test")
+_rp = {"targets": [], "codes": {}, "pending": {}, "calls": [], "seen": set(), "counts": {}, "spent": 0.0}
+
+
+def replay_setup(targets):
+    """`targets`: [path suffix, qualified name] of each function to record."""
+    _rp["targets"] = [(str(p), str(q)) for p, q in targets]
+    _state["profile"] = _rp_profile
+    _state["after"] = replay
+
+
+def _rp_target(code):
+    filename = code.co_filename.replace("\\", "/")
+    qual = getattr(code, "co_qualname", code.co_name)
+    for path, want in _rp["targets"]:
+        if want == qual and (filename == path or filename.endswith("/" + path)):
+            return "%s::%s" % (path, want)
+    return ""
+
+
+def _rp_state(v, depth=0, budget=None):
+    """A canonical text of a value *with* the state of plain objects (their `__dict__`), depth- and size-bounded:
+    what a call did to its arguments is part of what it did."""
+    budget = budget if budget is not None else [400]
+    budget[0] -= 1
+    if budget[0] < 0:
+        return "..."
+    try:
+        if depth > 3 or v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+            return canon(v, depth)
+        if isinstance(v, (list, tuple)):
+            inner = ",".join(_rp_state(x, depth + 1, budget) for x in list(v)[:40])
+            return ("[%s]" if isinstance(v, list) else "(%s)") % inner + ("+%d" % (len(v) - 40) if len(v) > 40 else "")
+        if isinstance(v, (set, frozenset)):
+            return "{%s}" % ",".join(sorted(_rp_state(x, depth + 1, budget) for x in v)[:40])
+        if isinstance(v, dict):
+            items = sorted((canon(k, 4), _rp_state(x, depth + 1, budget)) for k, x in list(dict.items(v))[:40])
+            return "{%s}" % ",".join("%s:%s" % kv for kv in items)
+        attrs = getattr(v, "__dict__", None)
+        if isinstance(attrs, dict) and not isinstance(v, type) and not callable(v):
+            items = sorted((str(k), _rp_state(x, depth + 1, budget)) for k, x in list(attrs.items())[:40])
+            return "%s<%s>" % (type(v).__name__, ",".join("%s=%s" % kv for kv in items))
+        return canon(v, depth)
+    except Exception:  # noqa: BLE001 - a value whose state cannot be read is still a value
+        return "<%s>" % type(v).__name__
+
+
+def _rp_shared():
+    """{id: object} of the values the project's modules hold (their globals and, two levels down, those values'
+    attributes and elements): a copy of the arguments keeps pointing at these, not at copies of them, so code
+    that compares with `is` against a module's singletons (token types, sentinels) behaves as it did live."""
+    import os
+    import sys
+
+    if _rp.get("shared") is not None:
+        return _rp["shared"]
+    root = os.getcwd() + os.sep
+    shared, todo = {}, []
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None) or ""
+        if path.startswith(root):
+            todo += [(v, 0) for v in list(getattr(mod, "__dict__", {}).values())]
+    while todo and len(shared) < 50000:
+        v, depth = todo.pop()
+        if id(v) in shared or isinstance(v, (bool, int, float, str, bytes, type(None))):
+            continue
+        shared[id(v)] = v
+        if depth >= 2:
+            continue
+        try:
+            inner = list(vars(v).values()) if hasattr(v, "__dict__") else []
+            if isinstance(v, (list, tuple, set, frozenset)):
+                inner += list(v)[:200]
+            elif isinstance(v, dict):
+                inner += list(v.values())[:200]
+        except Exception:  # noqa: BLE001
+            continue
+        todo += [(x, depth + 1) for x in inner]
+    _rp["shared"] = shared
+    return shared
+
+
+def _rp_copy(v):
+    return copy.deepcopy(v, dict(_rp_shared()))
+
+
+def _rp_digest(text):
+    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def _rp_obs(value, args, raised=None):
+    """[digest of (outcome, the arguments afterwards), a short text of the outcome]."""
+    head = "!" + raised if raised is not None else _rp_state(value)
+    return [_rp_digest(head + "|" + _rp_state(args)), head[:120]]
+
+
+def _rp_args(frame):
+    code = frame.f_code
+    names, loc = code.co_varnames, frame.f_locals
+    n_pos, n_kw = code.co_argcount, code.co_kwonlyargcount
+    pos = [loc[x] for x in names[:n_pos]]
+    kw = dict((x, loc[x]) for x in names[n_pos:n_pos + n_kw])
+    i = n_pos + n_kw
+    if code.co_flags & 0x04:
+        pos += list(loc[names[i]])
+        i += 1
+    if code.co_flags & 0x08:
+        kw.update(loc[names[i]])
+    return pos, kw
+
+
+def _rp_function(frame):
+    """The function object whose code runs in `frame`, found by its qualified name in its module."""
+    code = frame.f_code
+    qual = getattr(code, "co_qualname", code.co_name)
+    if "<locals>" in qual:
+        return None
+    obj = None
+    parts = qual.split(".")
+    try:
+        obj = frame.f_globals[parts[0]]
+        for p in parts[1:]:
+            obj = obj.__dict__[p] if isinstance(obj, type) and p in obj.__dict__ else getattr(obj, p)
+    except Exception:  # noqa: BLE001
+        return None
+    for _ in range(6):
+        if getattr(obj, "__code__", None) is code:
+            return obj
+        obj = getattr(obj, "__func__", None) or getattr(obj, "__wrapped__", None) or getattr(obj, "fget", None)
+        if obj is None:
+            return None
+    return None
+
+
+def _rp_profile(frame, event, arg):
+    if event != "call" and event != "return":
+        return
+    code = frame.f_code
+    target = _rp["codes"].get(code)
+    if target is None:
+        target = "" if code.co_flags & _GENERATOR_FLAGS else _rp_target(code)
+        _rp["codes"][code] = target
+    if not target:
+        return
+    if event == "call":
+        if _rp["counts"].get(target, 0) >= REPLAY_MAX_CALLS:
+            return
+        try:
+            pos, kw = _rp_args(frame)
+            key = _rp_digest(_rp_state([pos, kw]))
+            if (target, key) in _rp["seen"]:
+                return
+            saved = _rp_copy((pos, kw))
+        except Exception:  # noqa: BLE001 - arguments that cannot be copied are not replayed
+            return
+        fn = _rp_function(frame)
+        if fn is None:
+            return
+        _rp["seen"].add((target, key))
+        _rp["counts"][target] = _rp["counts"].get(target, 0) + 1
+        _rp["pending"][id(frame)] = (target, key, saved, fn, pos, kw)
+        return
+    rec = _rp["pending"].pop(id(frame), None)
+    if rec is None:
+        return
+    target, key, saved, fn, pos, kw = rec
+    try:
+        returned = frame.f_lasti >= 0 and code.co_code[frame.f_lasti] in _RETURNS
+        live = _rp_obs(arg, [pos, kw], None if returned else "?")
+    except Exception:  # noqa: BLE001
+        return
+    _rp["calls"].append((target, key, saved, fn, live))
+
+
+def _rp_nudges(v):
+    """(label, nudged value) pairs for one argument: a near input the same code path should take."""
+    out = []
+    try:
+        if isinstance(v, bool) or v is None:
+            return out
+        if isinstance(v, int):
+            out = [("+1", v + 1), ("-1", v - 1)]
+        elif isinstance(v, float):
+            out = [("*1.5", v * 1.5 + 0.25)]
+        elif isinstance(v, (str, bytes)):
+            if v:
+                out.append(("longer", v + v[-1:]))
+                if len(v) > 1:
+                    out.append(("shorter", v[:-1]))
+                if v.swapcase() != v:
+                    out.append(("case", v.swapcase()))
+            else:
+                out.append(("nonempty", type(v)("a" if isinstance(v, str) else b"a")))
+        elif isinstance(v, (list, tuple)) and type(v) in (list, tuple):
+            if v:
+                out.append(("longer", v + type(v)([_rp_copy(v[-1])])))
+            if len(v) > 1:
+                out += [("shorter", v[:-1]), ("reversed", v[::-1])]
+    except Exception:  # noqa: BLE001
+        return []
+    return out
+
+
+def _rp_leaves(v, path, depth, out):
+    """(path, value) of the values under `v` that `_rp_nudges` applies to: `v` itself, then the first elements
+    of its lists, its dict values and its plain attributes, down to two levels."""
+    if len(out) >= 32:
+        return
+    if _rp_nudges(v):
+        out.append((path, v))
+    if depth >= 2 or isinstance(v, (str, bytes, type)) or callable(v):
+        return
+    if isinstance(v, list):
+        for i, x in enumerate(v[:3]):
+            _rp_leaves(x, path + [("i", i)], depth + 1, out)
+    elif isinstance(v, dict):
+        for k in list(v)[:5]:
+            _rp_leaves(v[k], path + [("k", k)], depth + 1, out)
+    elif type(v).__module__ != "builtins":
+        for name in _rp_attrs(v)[:12]:
+            try:
+                _rp_leaves(getattr(v, name), path + [("a", name)], depth + 1, out)
+            except Exception:  # noqa: BLE001 - an unset slot
+                continue
+
+
+def _rp_attrs(v):
+    """The names of an object's own data: its `__dict__` keys and its classes' `__slots__`."""
+    names = list(getattr(v, "__dict__", None) or {})
+    for klass in type(v).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    return sorted(n for n in set(names) if not n.startswith("__"))
+
+
+def _rp_set(args, path, new):
+    """`args` ([pos, kw], a copy) with the value at `path` replaced by `new`."""
+    pos, kw = args
+    holder, slot = (pos, path[0][1]) if path[0][0] == "p" else (kw, path[0][1])
+    for kind, step in path[1:]:
+        obj = holder[slot] if not isinstance(holder, _Attrs) else getattr(holder.obj, slot)
+        holder, slot = (_Attrs(obj), step) if kind == "a" else (obj, step)
+    if isinstance(holder, _Attrs):
+        setattr(holder.obj, slot, new)
+    else:
+        holder[slot] = new
+    return [pos, kw]
+
+
+class _Attrs:
+    def __init__(self, obj):
+        self.obj = obj
+
+
+def _rp_label(path, label):
+    text = ""
+    for kind, step in path:
+        text += ("a%d" % step if kind == "p" else ".%s" % step if kind == "a" else "[%r]" % (step,)
+                 if kind != "w" else str(step))
+    return "%s:%s" % (text, label)
+
+
+def _rp_nudged(saved, fn):
+    """(label, [pos, kw]) for each nudge of a value in the arguments: the arguments themselves first, then
+    values inside them, then values inside `self`/`cls`."""
+    pos, kw = saved
+    code = getattr(fn, "__code__", None)
+    first = code.co_varnames[0] if code is not None and code.co_argcount else ""
+    leaves, own = [], []
+    for i, v in enumerate(pos):
+        _rp_leaves(v, [("p", i)], 1 if i == 0 and first in ("self", "cls") else 0,
+                   own if i == 0 and first in ("self", "cls") else leaves)
+    for name in sorted(kw):
+        _rp_leaves(kw[name], [("w", name)], 0, leaves)
+    leaves.sort(key=lambda pv: len(pv[0]))
+    out = []
+    for path, v in leaves + own:
+        for label, new in _rp_nudges(v):
+            try:
+                args = _rp_set(_rp_copy([pos, kw]), path, new)
+            except Exception:  # noqa: BLE001 - an immutable holder: not nudged
+                continue
+            out.append((_rp_label(path, label), args))
+            if len(out) >= REPLAY_MAX_NUDGES:
+                return out
+    return out
+
+
+def _rp_call(fn, args):
+    """Call `fn` on a copy of `args` in a fresh thread with the signs of a test run hidden; its observation."""
+    import os
+    import sys
+
+    try:
+        pos, kw = _rp_copy(args)
+    except Exception:  # noqa: BLE001
+        return ["uncopyable", "uncopyable"]
+    pos = list(pos)
+    box = {}
+
+    def body():
+        try:
+            box["v"] = fn(*pos, **kw)
+        except BaseException as exc:  # noqa: BLE001
+            box["e"] = type(exc).__name__
+
+    saved_env, saved_argv = os.environ.pop("PYTEST_CURRENT_TEST", None), list(sys.argv)
+    saved_out, saved_err = sys.stdout, sys.stderr
+    hidden = dict((k, sys.modules.pop(k)) for k in list(sys.modules)
+                  if k.split(".", 1)[0] in _HIDDEN_MODULES)
+    sys.argv[:] = ["python"]
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    th = threading.Thread(target=body, name="replay")
+    th.daemon = True
+    try:
+        th.start()
+        th.join(REPLAY_CALL_S)
+    finally:
+        sys.modules.update(hidden)
+        sys.stdout, sys.stderr = saved_out, saved_err
+        sys.argv[:] = saved_argv
+        if saved_env is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = saved_env
+    if th.is_alive():
+        return ["timeout", "timeout"]
+    return _rp_obs(box.get("v"), [pos, kw], box.get("e"))
+
+
+def replay():
+    """Make the calls recorded so far again (see the module's docstring) and report them."""
+    calls, _rp["calls"] = _rp["calls"], []
+    for target, key, saved, fn, live in calls:
+        if _rp["spent"] > REPLAY_BUDGET_S:
+            break
+        t0 = time.time()
+        again = _rp_call(fn, saved)
+        nudged = {}
+        for label, args in _rp_nudged(saved, fn):
+            if time.time() - t0 > 4 * REPLAY_CALL_S:
+                break
+            nudged[label] = _rp_call(fn, args)
+        _rp["spent"] += time.time() - t0
+        _emit({"v": "replay", "f": target, "k": key, "live": live, "again": again, "nudged": nudged})
