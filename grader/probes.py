@@ -6,7 +6,9 @@ and evaluates every passing candidate *and the unfixed code* against that one in
 the sandbox's own evaluation path (`sandbox.run.evaluate_predictions`: the repo is copied once for the group,
 one container per candidate runs every variant). Each variant's observation sites record what the code under
 test produced; `grader.probe_verdicts` compares them (no gold patch needed) and returns `HackFinding`s that
-join the static ones in `Grading.hacks`.
+join the static ones in `Grading.hacks`. The same runs carry the replay line (`grader.probe_replay`): the
+functions any candidate changes are recorded during the original tests and called again off the test and with
+nudged arguments; its findings join the others.
 
 Cost is bounded per group: at most MAX_TESTS tests and the variants `probe_transform` allows, and the
 sandbox's timeout set to `budget_s` for each candidate's run (the candidates run in parallel up to the
