@@ -11,6 +11,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
@@ -99,6 +100,11 @@ class CandidateFeatures:
         return sum(1 for f in self.findings if f.kind == kind)
 
 
+def patch_file_path(pf: Any) -> str:  # noqa: ANN401 - a unidiff PatchedFile
+    """A unidiff file's repository path, without git's `a/`/`b/` prefix."""
+    return pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
+
+
 def is_test_path(path: str) -> bool:
     return bool(_TEST_PATH.search(path))
 
@@ -107,8 +113,7 @@ def parse_patch(patch: str) -> list[FileChange]:
     """Files of a unified diff with the added/removed lines and their line numbers (unidiff)."""
     changes = []
     for pf in PatchSet(patch):
-        path = pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
-        fc = FileChange(path)
+        fc = FileChange(patch_file_path(pf))
         for h in pf:
             fc.hunks += 1
             block: tuple[int, list[str], list[str]] | None = None

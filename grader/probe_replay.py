@@ -27,7 +27,7 @@ from collections import defaultdict
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from grader.features import is_test_path
+from grader.features import is_test_path, patch_file_path
 from grader.hacks_common import HackFinding
 
 MAX_TARGETS = 16
@@ -82,7 +82,7 @@ def changed_functions(patches: dict[str, str], base_text) -> list[tuple[str, str
         except (UnidiffParseError, ValueError):
             continue
         for pf in files:
-            path = pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
+            path = patch_file_path(pf)
             if not path.endswith(".py") or is_test_path(path) or pf.is_removed_file:
                 continue
             old = base_text(path)
@@ -121,12 +121,12 @@ def findings(records: dict[str, list[dict]], candidates: list[str], base: str) -
     cands = [r for r in candidates if r in calls]
     for rid in cands:
         mine = calls[rid]
-        others = [o for o in cands if o != rid] + ([base] if base in calls else [])
-        ctx = _context(rid, mine, calls, others)
+        peers = [o for o in cands if o != rid]
+        ctx = _context(rid, mine, calls, peers + ([base] if base in calls else []))
         if ctx:
             out[rid].append(ctx)
         if base in calls:
-            col = _collapse(rid, mine, calls, [o for o in cands if o != rid], calls[base])
+            col = _collapse(rid, mine, calls, peers, calls[base])
             if col:
                 out[rid].append(col)
     return dict(out)

@@ -261,28 +261,23 @@ def _rp_attrs(v):
 def _rp_set(args, path, new):
     """`args` ([pos, kw], a copy) with the value at `path` replaced by `new`."""
     pos, kw = args
-    holder, slot = (pos, path[0][1]) if path[0][0] == "p" else (kw, path[0][1])
-    for kind, step in path[1:]:
-        obj = holder[slot] if not isinstance(holder, _Attrs) else getattr(holder.obj, slot)
-        holder, slot = (_Attrs(obj), step) if kind == "a" else (obj, step)
-    if isinstance(holder, _Attrs):
-        setattr(holder.obj, slot, new)
+    obj = pos if path[0][0] == "p" else kw
+    steps = [("i", path[0][1])] + list(path[1:])  # the first step indexes pos or kw
+    for kind, step in steps[:-1]:
+        obj = getattr(obj, step) if kind == "a" else obj[step]
+    kind, step = steps[-1]
+    if kind == "a":
+        setattr(obj, step, new)
     else:
-        holder[slot] = new
+        obj[step] = new
     return [pos, kw]
 
 
-class _Attrs:
-    def __init__(self, obj):
-        self.obj = obj
+_LABEL = {"p": "a%s", "w": "%s", "a": ".%s", "i": "[%r]", "k": "[%r]"}
 
 
 def _rp_label(path, label):
-    text = ""
-    for kind, step in path:
-        text += ("a%d" % step if kind == "p" else ".%s" % step if kind == "a" else "[%r]" % (step,)
-                 if kind != "w" else str(step))
-    return "%s:%s" % (text, label)
+    return "%s:%s" % ("".join(_LABEL[kind] % (step,) for kind, step in path), label)
 
 
 def _rp_nudged(saved, fn):
@@ -311,13 +306,14 @@ def _rp_nudged(saved, fn):
     return out
 
 
-def _rp_call(fn, args):
-    """Call `fn` on a copy of `args` in a fresh thread with the signs of a test run hidden; its observation."""
+def _rp_call(fn, args, fresh=False):
+    """Call `fn` on a copy of `args` (on `args` itself when `fresh`: a copy made for this call) in a fresh thread
+    with the signs of a test run hidden; its observation."""
     import os
     import sys
 
     try:
-        pos, kw = _rp_copy(args)
+        pos, kw = args if fresh else _rp_copy(args)
     except Exception:  # noqa: BLE001
         return ["uncopyable", "uncopyable"]
     pos = list(pos)
@@ -363,6 +359,6 @@ def replay():
         for label, args in _rp_nudged(saved, fn):
             if time.time() - t0 > 4 * REPLAY_CALL_S:
                 break
-            nudged[label] = _rp_call(fn, args)
+            nudged[label] = _rp_call(fn, args, fresh=True)  # `_rp_nudged` built it from a copy
         _rp["spent"] += time.time() - t0
         _emit({"v": "replay", "f": target, "k": key, "live": live, "again": again, "nudged": nudged})

@@ -16,6 +16,7 @@ from typing import Any
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from grader.features import patch_file_path
 from grader.workspace import SharedWorkspace
 
 MAX_CHARS = 6000
@@ -64,7 +65,7 @@ def bound(text: str, *, max_chars: int = MAX_CHARS, max_lines: int = MAX_LINES, 
 def diffstat(patch: str) -> list[tuple[str, int, int]]:
     """(path, added, removed) per file of a unified diff; tolerant of patches unidiff cannot parse."""
     try:
-        return [(_path(pf), pf.added, pf.removed) for pf in PatchSet(patch)]
+        return [(patch_file_path(pf), pf.added, pf.removed) for pf in PatchSet(patch)]
     except (UnidiffParseError, ValueError):
         stats: dict[str, list[int]] = {}
         cur = "?"
@@ -77,11 +78,6 @@ def diffstat(patch: str) -> list[tuple[str, int, int]]:
             elif line.startswith("-") and not line.startswith("---"):
                 stats.setdefault(cur, [0, 0])[1] += 1
         return [(k, a, r) for k, (a, r) in stats.items()]
-
-
-def _path(pf: Any) -> str:
-    p = pf.path
-    return p[2:] if p.startswith(("a/", "b/")) else p
 
 
 def _label(ws: SharedWorkspace, args: dict[str, Any], key: str = "candidate", allow_base: bool = False) -> str:
@@ -127,7 +123,7 @@ def tool_show_diff(ws: SharedWorkspace, args: dict[str, Any]) -> str:
     path = args.get("path")
     if path:
         try:
-            files = [pf for pf in PatchSet(patch) if _path(pf) == str(path).strip()]
+            files = [pf for pf in PatchSet(patch) if patch_file_path(pf) == str(path).strip()]
         except (UnidiffParseError, ValueError):
             files = []
         if not files:

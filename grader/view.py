@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from grader.features import patch_file_path
 from grader.workspace import SharedWorkspace
 
 MAX_FILE_BYTES = 1 << 20
@@ -54,7 +55,7 @@ def changed_lines(patch: str) -> list[Changed]:
     out = []
     run = 0
     for pf in files:
-        path = pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
+        path = patch_file_path(pf)
         for hunk in pf:
             last, base = hunk.target_start, hunk.source_start
             run += 1

@@ -24,6 +24,7 @@ from typing import Any
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from grader.features import patch_file_path
 from sandbox.integrity import gitsafe
 from sft import degrade_curly, degrade_py
 from sft.degrade_common import Edit, FileCtx, code_mask
@@ -87,7 +88,7 @@ def _gold_lines(patch: str) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
     except (UnidiffParseError, ValueError) as exc:
         raise DegradeError(f"gold patch is not a unified diff: {exc}") from exc
     for pf in files:
-        path = pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
+        path = patch_file_path(pf)
         for hunk in pf:
             for line in hunk:
                 text = line.value.rstrip("\n")

@@ -26,6 +26,7 @@ from typing import Any
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from grader.features import patch_file_path
 from grader.literals import py_tokens
 from sft.degrade import DegradeError, Variant, _Tree, scratch_tree
 from sft.degrade_common import indent_of
@@ -45,7 +46,7 @@ def _added_lines(patch: str) -> dict[str, set[int]]:
         return {}
     out: dict[str, set[int]] = {}
     for pf in files:
-        path = pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
+        path = patch_file_path(pf)
         out[path] = {ln.target_line_no for h in pf for ln in h if ln.is_added and ln.target_line_no}
     return out
 
@@ -178,7 +179,7 @@ def _fixed_function(tree: _Tree, path: str) -> ast.FunctionDef | ast.AsyncFuncti
         return None
     first = None
     for pf in files:
-        p = pf.path[2:] if pf.path.startswith(("a/", "b/")) else pf.path
+        p = patch_file_path(pf)
         if p == path and len(pf):
             h = pf[0]
             first = next((ln.source_line_no for ln in h if ln.is_removed), None) or next(
