@@ -331,7 +331,7 @@ def _rp_call(fn, args, fresh=False):
                   if k.split(".", 1)[0] in _HIDDEN_MODULES)
     sys.argv[:] = ["python"]
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-    th = threading.Thread(target=body, name="replay")
+    th = threading.Thread(target=body)  # the default name: "replay" would be one more sign to look for
     th.daemon = True
     try:
         th.start()
