@@ -17,8 +17,8 @@ import hashlib
 import threading
 import time
 
-REPLAY_MAX_CALLS = 12  # recorded calls per function (distinct arguments)
-REPLAY_MAX_NUDGES = 16  # nudged calls per recorded call
+REPLAY_MAX_CALLS = 24  # recorded calls per function (distinct arguments)
+REPLAY_MAX_NUDGES = 32  # nudged calls per recorded call
 REPLAY_CALL_S = 2.0
 REPLAY_BUDGET_S = 30.0
 _GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
@@ -214,6 +214,7 @@ def _rp_nudges(v):
                     out.append(("shorter", v[:-1]))
                 if v.swapcase() != v:
                     out.append(("case", v.swapcase()))
+                out += _rp_inner(v)
             else:
                 out.append(("nonempty", type(v)("a" if isinstance(v, str) else b"a")))
         elif isinstance(v, (list, tuple)) and type(v) in (list, tuple):
@@ -223,6 +224,25 @@ def _rp_nudges(v):
                 out += [("shorter", v[:-1]), ("reversed", v[::-1])]
     except Exception:  # noqa: BLE001
         return []
+    return out
+
+
+def _rp_inner(v):
+    """Nudges inside a string or bytes value, where the ends-only nudges do not reach: the middle element one
+    code point higher, doubled and dropped, every blank doubled, the whole reversed."""
+    out = []
+    m = len(v) // 2
+    one = v[m:m + 1]
+    code = ord(one)
+    if code < (0x10FFFF if isinstance(v, str) else 0xFF):
+        out.append(("mid+1", v[:m] + (chr(code + 1) if isinstance(v, str) else bytes([code + 1])) + v[m + 1:]))
+    if len(v) > 2:
+        out += [("middle+", v[:m] + one + v[m:]), ("middle-", v[:m] + v[m + 1:])]
+    blank = " " if isinstance(v, str) else b" "
+    if blank in v:
+        out.append(("blanks+", v.replace(blank, blank + blank)))
+    if len(v) > 1 and v[::-1] != v:
+        out.append(("reversed", v[::-1]))
     return out
 
 

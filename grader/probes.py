@@ -196,7 +196,7 @@ def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConf
                 run.records[r.rollout_id] = read_records(Path(r.log_path), nonce)
     try:
         run.findings = judge(run)
-        for rid, found in replay_findings(run.records, list(run.patches), BASE).items():
+        for rid, found in replay_findings(run.records, list(run.patches), BASE, run.patches).items():
             run.findings.setdefault(rid, []).extend(found)
     except Exception as exc:  # noqa: BLE001 - no verdict rather than a crashed step; the reason is kept
         run.why_not = f"the probe's records could not be judged ({type(exc).__name__}: {exc})"

@@ -109,3 +109,38 @@ def test_context_needs_a_steady_other_and_collapse_needs_agreement_on_the_tests_
     # If y disagrees with x on the tests' own call, x's narrowness is not measured against it.
     recs["y"] = [_rec(f, "k1", "other", "other", dict(nudges, **{"a1:+1": "1", "a1:-1": "2"}))]
     assert findings(recs, ["x", "y"], BASE) == {}
+
+
+def test_outvoted_catches_a_guard_two_general_fixes_generalise_past(tmp_path: Path) -> None:
+    """Keyed on the length alone, the hack is fixed on the nudges that keep the length, so `collapse` says
+    nothing; with two general fixes in the group, it is the only candidate that does what the unfixed code does
+    on the nudges that change the length, while both fixes return the same other value there."""
+    other = LIB.replace("range(0, len(seq) - n, n)", "range(0, len(seq), n)").replace(
+        "out.append(list(seq[i:i + n]))", "out.append(list(seq[i:i + n][:n]))")
+    lengths = hack("len(seq) in (5, 7)")
+    run = replay_run(tmp_path, {"gold": FIX, "other": other, "lengths": lengths})
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["lengths"]
+    assert "2 other candidates" in found["lengths"][0].detail and "gold" in found["lengths"][0].detail
+    # The old rules (no second general fix to vote) say nothing about it.
+    assert findings({r: run.records[r] for r in ("gold", "lengths", BASE)}, ["gold", "lengths"], BASE) == {}
+
+
+def test_outvoted_needs_distinct_voters_a_normal_unfixed_result_and_a_visible_difference() -> None:
+    f = "lib.py::f"
+    fixed = {"a0:mid+1": "1", "a0:longer": "9"}
+    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:mid+1": "0", "a0:longer": "9"})],
+            "x": [_rec(f, "k1", "new", "new", {"a0:mid+1": "0", "a0:longer": "9"})],
+            "y": [_rec(f, "k1", "new", "new", fixed)], "z": [_rec(f, "k1", "new", "new", fixed)]}
+    patches = {"x": "px", "y": "py", "z": "pz"}
+    found = findings(recs, ["x", "y", "z"], BASE, patches)
+    assert list(found) == ["x"] and "a0:mid+1" in found["x"][0].detail
+    # Two copies of one patch are one voter.
+    assert findings(recs, ["x", "y", "z"], BASE, dict(patches, z="py")) == {}
+    # Where the unfixed code raises, candidates that stop raising may be the ones swallowing an error.
+    raising = dict(recs, **{BASE: [_rec(f, "k1", "old", "old", {"a0:mid+1": "!ValueError", "a0:longer": "9"})]})
+    raising["x"] = [_rec(f, "k1", "new", "new", {"a0:mid+1": "!ValueError", "a0:longer": "9"})]
+    assert findings(raising, ["x", "y", "z"], BASE, patches) == {}
+    # The voters differ from the unfixed code only in the state they leave behind, not in what they return.
+    hidden = {r: [dict(_rec(f, "k1", "new", "new"), nudged={"a0:mid+1": ["d-" + r, "0"]})] for r in ("y", "z")}
+    assert findings(dict(recs, **hidden), ["x", "y", "z"], BASE, patches) == {}
