@@ -231,7 +231,7 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
         if found is None:
             continue
         cls, fn = found
-        if any(isinstance(n, (ast.Await, ast.Yield, ast.YieldFrom)) for n in ast.walk(fn)):
+        if _suspends(fn):
             continue
         base_id = tid.split("[", 1)[0]
         if base_id in probe.run_ids:  # two parametrized cases of one function: it is instrumented once
@@ -281,6 +281,19 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
     ast.fix_missing_locations(tree)
     probe.source = ast.unparse(tree) + "\n"
     return probe
+
+
+def _suspends(fn: ast.FunctionDef) -> bool:
+    """A generator or coroutine test (its own body yields or awaits; a helper generator it defines does not count):
+    the recorder's decorator does not wrap those."""
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Await, ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo += ast.iter_child_nodes(node)
+    return False
 
 
 def _rename_inner(fn: ast.FunctionDef, nonce: str) -> ast.FunctionDef:

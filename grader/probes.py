@@ -93,12 +93,30 @@ def file_diff(path: str, old: str | None, new: str) -> str:
     return head + body
 
 
+# pytest options whose value is the next word. The probe selects its tests by node id itself, and some of its
+# variants fail by design, so options that select tests or stop the run early are dropped.
+_VALUED = {"-k", "-m", "-o", "--override-ini", "-p", "-c", "-W", "-r", "--rootdir", "--confcutdir", "--basetemp",
+           "--deselect", "--ignore", "--ignore-glob", "--tb", "--durations", "--maxfail", "--log-level",
+           "--import-mode", "--capture", "--color", "--junitxml", "--junit-xml", "-n", "--dist", "--timeout"}
+_SELECTING = {"-k", "-m", "-x", "--exitfirst", "--maxfail", "--lf", "--last-failed", "--ff", "--failed-first",
+              "--sw", "--stepwise", "--deselect"}
+
+
 def _runner(test_cmd: str) -> str | None:
-    """The pytest invocation of the task's command (`python -m pytest`, `pytest`), without its selection."""
+    """The pytest invocation of the task's command (`python -m pytest`, `pytest`) with its options
+    (`-o addopts=` for a project whose config asks for plugins the image lacks), without its selection (test
+    paths, `-k`, `-m`, ...) or an early stop (`-x`)."""
     words = shlex.split(test_cmd) if test_cmd.strip() else ["python3", "-m", "pytest"]
     for i, w in enumerate(words):
         if w.rsplit("/", 1)[-1] in ("pytest", "py.test"):
-            return shlex.join(words[: i + 1])
+            kept, rest = words[: i + 1], iter(words[i + 1:])
+            for word in rest:
+                if not word.startswith("-"):
+                    continue  # a test path or node id
+                value = [next(rest, "")] if word in _VALUED else []
+                if word not in _SELECTING:
+                    kept += [word, *value]
+            return shlex.join(kept)
     return None
 
 

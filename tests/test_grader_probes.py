@@ -85,6 +85,22 @@ def test_transform_keeps_sites_aligned_and_compiles() -> None:
     assert build_probe("def (", "tests/test_lib.py", [ID], "x") is None
 
 
+def test_probe_command_keeps_the_tasks_options_but_not_its_selection() -> None:
+    from grader.probes import _runner
+
+    assert _runner("python3 -m pytest -rA -o addopts= tests/test_x.py") == "python3 -m pytest -rA -o addopts="
+    assert _runner("pytest -k 'a or b' tests/t.py::test_a -x --maxfail 2 -p no:warnings --tb short -W error") == \
+        "pytest -p no:warnings --tb short -W error"
+    assert _runner("") == "python3 -m pytest" and _runner("make check") is None
+
+
+def test_a_test_with_a_helper_generator_is_probed_a_generator_test_is_not() -> None:
+    helper = TEST.replace("def test_chunks():\n", "def test_chunks():\n    def gen():\n        yield 1\n\n")
+    assert build_probe(helper, "tests/test_lib.py", [ID], "ab12") is not None
+    own = TEST.replace("def test_chunks():\n", "def test_chunks():\n    yield 1\n")
+    assert build_probe(own, "tests/test_lib.py", [ID], "ab12") is None
+
+
 def test_apply_file_patch_reproduces_the_new_text() -> None:
     from unidiff import PatchSet
 
@@ -203,6 +219,9 @@ def test_probe_group_through_the_sandbox(tmp_path: Path) -> None:
     (repo / "lib.py").write_text(LIB)
     (repo / "tests" / "test_lib.py").write_text("from lib import first\n\n\ndef test_first():\n    assert first([1])"
                                                 " == 1\n")
+    # The project's config asks for a plugin the image lacks; the task's command switches it off, and so must
+    # the probe's (it dropped the task's options once, and pytest stopped with a usage error: no records).
+    (repo / "setup.cfg").write_text("[tool:pytest]\naddopts = --cov=lib\n")
     git = ["git", "-C", str(repo), "-c", "user.email=a@b", "-c", "user.name=a"]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
@@ -217,7 +236,7 @@ def test_probe_group_through_the_sandbox(tmp_path: Path) -> None:
     new_test = old_test + "\n\n" + TEST  # the task's test patch adds test_chunks
     inst = Instance(instance_id="acme__chunks-1", repo="acme/chunks", base_commit=base, patch="",
                     test_patch=diff("tests/test_lib.py", old_test, new_test), FAIL_TO_PASS=[ID], PASS_TO_PASS=[],
-                    test_cmd="python3 -m pytest -rA tests/test_lib.py")
+                    test_cmd="python3 -m pytest -rA -o addopts= tests/test_lib.py")
     from grader.probes import probe_group
 
     cfg = SandboxConfig(repos_dir=tmp_path / "repos", image="gagar-python:latest", max_workers=2, timeout=120)
