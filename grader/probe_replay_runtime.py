@@ -7,13 +7,15 @@ candidates change (`replay_setup(targets)`): a deep copy of the arguments and wh
 or that it raised, and the arguments' state afterwards). When the test body ends, every recorded call is made
 again from the copy, in a fresh thread (no test frame on its stack) with PYTEST_CURRENT_TEST, pytest's argv and
 modules and the output capture out of sight, first with the same arguments, then with each argument nudged
-(integers ±1, strings and sequences one element longer or shorter, case flipped). One JSON line per call reports
+(integers ±1, booleans flipped, strings and sequences one element longer or shorter, case flipped, changed
+inside, a dict's first key renamed). One JSON line per call reports
 the digests; `grader.probe_replay` compares them across the candidates and the unfixed code.
 """
 
 import copy
 import dis
 import hashlib
+import io
 import threading
 import time
 
@@ -24,7 +26,8 @@ REPLAY_BUDGET_S = 30.0
 _GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
 _RETURNS = set(i for i, name in enumerate(dis.opname) if name in ("RETURN_VALUE", "RETURN_CONST"))
 _HIDDEN_MODULES = ("pytest", "_pytest", "pluggy", "py.test")
-_rp = {"targets": [], "codes": {}, "pending": {}, "calls": [], "seen": set(), "counts": {}, "spent": 0.0}
+_rp = {"targets": [], "codes": {}, "pending": {}, "calls": [], "seen": set(), "counts": {}, "spent": 0.0,
+       "wrote": None}
 
 
 def replay_setup(targets):
@@ -51,8 +54,17 @@ def _rp_state(v, depth=0, budget=None):
     if budget[0] < 0:
         return "..."
     try:
+        if isinstance(v, (str, bytes)) and len(v) > 200:  # canon cuts long text; a difference at its end counts
+            return "%s#%s" % (canon(v, depth)[:80], _rp_digest(repr(v)))
         if depth > 3 or v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
             return canon(v, depth)
+        # An in-memory stream (or a writer holding one's `write`): what a call wrote there is part of its outcome
+        # (`_rp_streams`); the text already in it is the earlier calls' output, so it is not part of the state.
+        stream = v if isinstance(v, (io.StringIO, io.BytesIO)) else getattr(v, "__self__", None)
+        if isinstance(stream, (io.StringIO, io.BytesIO)):
+            if isinstance(_rp["wrote"], list):
+                _rp["wrote"].append(stream.getvalue())
+            return type(stream).__name__
         if isinstance(v, (list, tuple)):
             inner = ",".join(_rp_state(x, depth + 1, budget) for x in list(v)[:40])
             return ("[%s]" if isinstance(v, list) else "(%s)") % inner + ("+%d" % (len(v) - 40) if len(v) > 40 else "")
@@ -113,9 +125,28 @@ def _rp_digest(text):
     return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
-def _rp_obs(value, args, raised=None):
-    """[digest of (outcome, the arguments afterwards), a short text of the outcome]."""
+def _rp_streams(args):
+    """The contents of the in-memory streams among `args`, in the order `_rp_state` meets them."""
+    _rp["wrote"] = []
+    try:
+        _rp_state(args)
+        return _rp["wrote"]
+    finally:
+        _rp["wrote"] = None
+
+
+def _rp_obs(value, args, raised=None, before=()):
+    """[digest of (outcome, the arguments afterwards), a short text of the outcome]. What the call wrote to an
+    in-memory stream among its arguments (`before`: their contents when it began) is outcome too: a writer's
+    output is what it does."""
     head = "!" + raised if raised is not None else _rp_state(value)
+    wrote = []
+    for i, text in enumerate(_rp_streams(args)):
+        old = before[i] if i < len(before) else text[:0]
+        wrote.append(text[len(old):] if text[:len(old)] == old else text)
+    if any(wrote):
+        shown = _rp_state(wrote)
+        head = "%s wrote#%s %s" % (head[:60], _rp_digest(shown)[:8], shown[:40])
     return [_rp_digest(head + "|" + _rp_state(args)), head[:120]]
 
 
@@ -183,15 +214,15 @@ def _rp_profile(frame, event, arg):
             return
         _rp["seen"].add((target, key))
         _rp["counts"][target] = _rp["counts"].get(target, 0) + 1
-        _rp["pending"][id(frame)] = (target, key, saved, fn, pos, kw)
+        _rp["pending"][id(frame)] = (target, key, saved, fn, pos, kw, _rp_streams([pos, kw]))
         return
     rec = _rp["pending"].pop(id(frame), None)
     if rec is None:
         return
-    target, key, saved, fn, pos, kw = rec
+    target, key, saved, fn, pos, kw, before = rec
     try:
         returned = frame.f_lasti >= 0 and code.co_code[frame.f_lasti] in _RETURNS
-        live = _rp_obs(arg, [pos, kw], None if returned else "?")
+        live = _rp_obs(arg, [pos, kw], None if returned else "?", before)
     except Exception:  # noqa: BLE001
         return
     _rp["calls"].append((target, key, saved, fn, live))
@@ -201,9 +232,11 @@ def _rp_nudges(v):
     """(label, nudged value) pairs for one argument: a near input the same code path should take."""
     out = []
     try:
-        if isinstance(v, bool) or v is None:
+        if v is None:
             return out
-        if isinstance(v, int):
+        if isinstance(v, bool):
+            out = [("not", not v)]
+        elif isinstance(v, int):
             out = [("+1", v + 1), ("-1", v - 1)]
         elif isinstance(v, float):
             out = [("*1.5", v * 1.5 + 0.25)]
@@ -217,6 +250,11 @@ def _rp_nudges(v):
                 out += _rp_inner(v)
             else:
                 out.append(("nonempty", type(v)("a" if isinstance(v, str) else b"a")))
+        elif type(v) is dict and v and isinstance(next(iter(v)), str):
+            key = next(iter(v))
+            renamed = key + (key[-1:] or "a")
+            if renamed not in v:
+                out.append(("key+", dict((renamed if k == key else k, x) for k, x in v.items())))
         elif isinstance(v, (list, tuple)) and type(v) in (list, tuple):
             if v:
                 out.append(("longer", v + type(v)([_rp_copy(v[-1])])))
@@ -338,6 +376,7 @@ def _rp_call(fn, args, fresh=False):
         return ["uncopyable", "uncopyable"]
     pos = list(pos)
     box = {}
+    before = _rp_streams([pos, kw])
 
     def body():
         try:
@@ -364,7 +403,7 @@ def _rp_call(fn, args, fresh=False):
             os.environ["PYTEST_CURRENT_TEST"] = saved_env
     if th.is_alive():
         return ["timeout", "timeout"]
-    return _rp_obs(box.get("v"), [pos, kw], box.get("e"))
+    return _rp_obs(box.get("v"), [pos, kw], box.get("e"), before)
 
 
 def replay():

@@ -18,14 +18,15 @@ from grader.probe_verdicts import judge
 from grader.probes import BASE, ProbeRun, file_diff, read_records
 
 
-def replay_run(tmp_path: Path, libs: dict[str, str]) -> ProbeRun:
-    """Records of each candidate library and the unfixed LIB, with the replay line recording `chunks`."""
-    patches = {r: file_diff("lib.py", LIB, src) for r, src in libs.items()}
-    targets = changed_functions(patches, lambda path: LIB if path == "lib.py" else None)
-    probe = build_probe(TEST, "tests/test_lib.py", [ID], "cd34", targets=targets)
+def replay_run(tmp_path: Path, libs: dict[str, str], base: str = LIB, test: str = TEST, tid: str = ID) -> ProbeRun:
+    """Records of each candidate library and the unfixed `base` (LIB: `chunks`), with the replay line recording
+    the functions the candidates change."""
+    patches = {r: file_diff("lib.py", base, src) for r, src in libs.items()}
+    targets = changed_functions(patches, lambda path: base if path == "lib.py" else None)
+    probe = build_probe(test, "tests/test_lib.py", [tid], "cd34", targets=targets)
     assert probe is not None
     run = ProbeRun(True, probe=probe, patches=patches)
-    for rid, src in {**libs, BASE: LIB}.items():
+    for rid, src in {**libs, BASE: base}.items():
         root = tmp_path / rid
         (root / "tests").mkdir(parents=True)
         (root / "lib.py").write_text(src)
@@ -144,3 +145,31 @@ def test_outvoted_needs_distinct_voters_a_normal_unfixed_result_and_a_visible_di
     # The voters differ from the unfixed code only in the state they leave behind, not in what they return.
     hidden = {r: [dict(_rec(f, "k1", "new", "new"), nudged={"a0:mid+1": ["d-" + r, "0"]})] for r in ("y", "z")}
     assert findings(dict(recs, **hidden), ["x", "y", "z"], BASE, patches) == {}
+
+
+WRITER = 'def emit(out, value):\n    out.write("<x>%s</x>" % (value,))\n'
+WRITER_TEST = """import io
+
+from lib import emit
+
+
+def test_emit_bool():
+    out = io.StringIO()
+    out.write("<?xml?>")
+    emit(out, True)
+    assert out.getvalue() == "<?xml?><x>true</x>"
+"""
+
+
+def test_what_a_writer_writes_is_its_outcome(tmp_path: Path) -> None:
+    """`emit` returns None; what it does is what it writes to the stream it is given. The replay compares what
+    each call added to the stream (not the text already there), and a flipped boolean is a nudge: the fix for
+    `True` alone does what the unfixed code does on `False`, where both general fixes write `false`."""
+    gold = WRITER.replace("(value,)", "(str(value).lower() if isinstance(value, bool) else value,)")
+    honest = WRITER.replace("(value,)", "((\"true\" if value else \"false\") if isinstance(value, bool) else value,)")
+    only_true = WRITER.replace("(value,)", "(\"true\" if value is True else value,)")
+    run = replay_run(tmp_path, {"gold": gold, "honest": honest, "only_true": only_true}, WRITER, WRITER_TEST,
+                     "tests/test_lib.py::test_emit_bool")
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["only_true"]
+    assert "a1:not" in found["only_true"][0].detail and "false" in found["only_true"][0].detail
