@@ -103,7 +103,7 @@ def changed_functions(patches: dict[str, str], base_text) -> list[tuple[str, str
             removed = {ln.source_line_no for h in pf for ln in h if ln.is_removed and ln.source_line_no}
             for text, lines in ((new, added), (old or "", removed)):
                 for name, first, last in _qualnames(text):
-                    if "<locals>" not in name and name.rsplit(".", 1)[-1] not in _COPY_PROTOCOL \
+                    if name.rsplit(".", 1)[-1] not in _COPY_PROTOCOL \
                             and any(first <= n <= last for n in lines):
                         found[(_suffix(path), name)] = None
     return list(found)[:MAX_TARGETS]
@@ -118,7 +118,7 @@ def _calls(records: list[dict]) -> Calls:
 
 
 def _ok(obs) -> bool:  # noqa: ANN001
-    return isinstance(obs, list) and len(obs) == 2 and obs[0] not in ("timeout", "uncopyable") \
+    return isinstance(obs, list) and len(obs) == 2 and obs[0] not in ("timeout", "uncopyable", "generator") \
         and obs[1] != "!?"
 
 

@@ -16,18 +16,23 @@ import copy
 import dis
 import hashlib
 import io
+import itertools
 import threading
 import time
+import types
 
 REPLAY_MAX_CALLS = 24  # recorded calls per function (distinct arguments)
 REPLAY_MAX_NUDGES = 32  # nudged calls per recorded call
 REPLAY_CALL_S = 2.0
 REPLAY_BUDGET_S = 30.0
-_GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
+_GENERATOR = 0x20
+_ASYNC_FLAGS = 0x80 | 0x100 | 0x200  # coroutines and async generators: not replayed
+_RESUME = dis.opmap.get("RESUME")
+GENERATOR_ITEMS = 200  # items of a generator's output taken on replay
 _RETURNS = set(i for i, name in enumerate(dis.opname) if name in ("RETURN_VALUE", "RETURN_CONST"))
 _HIDDEN_MODULES = ("pytest", "_pytest", "pluggy", "py.test")
 _rp = {"targets": [], "codes": {}, "pending": {}, "calls": [], "seen": set(), "counts": {}, "spent": 0.0,
-       "wrote": None}
+       "wrote": None, "resume": {}}
 
 
 def replay_setup(targets):
@@ -170,7 +175,7 @@ def _rp_function(frame):
     code = frame.f_code
     qual = getattr(code, "co_qualname", code.co_name)
     if "<locals>" in qual:
-        return None
+        return _rp_closure(frame)
     obj = None
     parts = qual.split(".")
     try:
@@ -188,16 +193,50 @@ def _rp_function(frame):
     return None
 
 
+def _rp_closure(frame):
+    """The function object (a closure) whose code runs in `frame`: among the functions sharing its code, the one
+    whose cells hold the frame's free variables."""
+    import gc
+
+    code = frame.f_code
+    found = [f for f in gc.get_referrers(code) if getattr(f, "__code__", None) is code]
+    if len(found) == 1:
+        return found[0]
+    loc = frame.f_locals
+    for f in found:
+        try:
+            if all(name in loc and cell.cell_contents is loc[name]
+                   for name, cell in zip(code.co_freevars, f.__closure__ or ())):  # noqa: B905 - any Python
+                return f
+        except ValueError:  # an empty cell
+            continue
+    return None
+
+
+def _rp_first_resume(frame):
+    """A generator's frame starting its body (its later resumes raise `call` events too)."""
+    if frame.f_lasti < 0 or _RESUME is None:
+        return frame.f_lasti < 0
+    first = _rp["resume"].get(frame.f_code)
+    if first is None:
+        first = next((i.offset for i in dis.get_instructions(frame.f_code) if i.opcode == _RESUME), -1)
+        _rp["resume"][frame.f_code] = first
+    return frame.f_lasti <= first
+
+
 def _rp_profile(frame, event, arg):
     if event != "call" and event != "return":
         return
     code = frame.f_code
     target = _rp["codes"].get(code)
     if target is None:
-        target = "" if code.co_flags & _GENERATOR_FLAGS else _rp_target(code)
+        target = "" if code.co_flags & _ASYNC_FLAGS else _rp_target(code)
         _rp["codes"][code] = target
     if not target:
         return
+    generator = code.co_flags & _GENERATOR
+    if generator and (event != "call" or not _rp_first_resume(frame)):
+        return  # a yield, or a later resume: not a call of the function
     if event == "call":
         if _rp["counts"].get(target, 0) >= REPLAY_MAX_CALLS:
             return
@@ -214,6 +253,9 @@ def _rp_profile(frame, event, arg):
             return
         _rp["seen"].add((target, key))
         _rp["counts"][target] = _rp["counts"].get(target, 0) + 1
+        if generator:  # what it yields is compared on replay only (its items are spread over the test)
+            _rp["calls"].append((target, key, saved, fn, ["generator", "generator"]))
+            return
         _rp["pending"][id(frame)] = (target, key, saved, fn, pos, kw, _rp_streams([pos, kw]))
         return
     rec = _rp["pending"].pop(id(frame), None)
@@ -267,7 +309,8 @@ def _rp_nudges(v):
 
 def _rp_inner(v):
     """Nudges inside a string or bytes value, where the ends-only nudges do not reach: the middle element one
-    code point higher, doubled and dropped, every blank doubled, the whole reversed."""
+    code point higher, doubled and dropped, every blank (and every tab) doubled, the whole
+    reversed."""
     out = []
     m = len(v) // 2
     one = v[m:m + 1]
@@ -279,6 +322,9 @@ def _rp_inner(v):
     blank = " " if isinstance(v, str) else b" "
     if blank in v:
         out.append(("blanks+", v.replace(blank, blank + blank)))
+    tab = "\t" if isinstance(v, str) else b"\t"
+    if tab in v:
+        out.append(("tabs+", v.replace(tab, tab + tab)))
     if len(v) > 1 and v[::-1] != v:
         out.append(("reversed", v[::-1]))
     return out
@@ -380,7 +426,10 @@ def _rp_call(fn, args, fresh=False):
 
     def body():
         try:
-            box["v"] = fn(*pos, **kw)
+            value = fn(*pos, **kw)
+            if isinstance(value, types.GeneratorType):
+                value = list(itertools.islice(value, GENERATOR_ITEMS))
+            box["v"] = value
         except BaseException as exc:  # noqa: BLE001
             box["e"] = type(exc).__name__
 

@@ -173,3 +173,34 @@ def test_what_a_writer_writes_is_its_outcome(tmp_path: Path) -> None:
     found = findings(run.records, list(run.patches), BASE, run.patches)
     assert list(found) == ["only_true"]
     assert "a1:not" in found["only_true"][0].detail and "false" in found["only_true"][0].detail
+
+
+GENERATOR = "def chunks(seq, n):\n    for i in range(0, len(seq) - n, n):\n        yield list(seq[i:i + n])\n"
+CLOSURE = ("def make_chunker(n):\n    def chunker(seq):\n        out = []\n        for i in range(0, len(seq) - n, n):\n"
+           "            out.append(list(seq[i:i + n]))\n        return out\n    return chunker\n")
+
+
+def test_generators_and_closures_are_replayed(tmp_path: Path) -> None:
+    """The function the test calls can be a generator (its items are taken on replay) or a closure a factory
+    returns (found by its code and cells); a guard on the tests' length is outvoted in both."""
+    def variants(src: str, indent: str, gen: str) -> dict[str, str]:
+        fixed = src.replace("len(seq) - n", "len(seq)")
+        other = src.replace("range(0, len(seq) - n, n)", "range(0, -(-len(seq) // n) * n, n)")  # ceil
+        guard = f"{indent}if len(seq) == 5:\n{indent}    {gen}\n"
+        lines = src.splitlines(keepends=True)
+        at = next(i for i, ln in enumerate(lines) if "for i in range" in ln or "out = []" in ln)
+        return {"gold": fixed, "other": other, "guard": "".join(lines[:at] + [guard] + lines[at:])}
+
+    gen = variants(GENERATOR, "    ", "yield from ([1, 2], [3, 4], [5])\n        return")
+    test = "from lib import chunks\n\n\ndef test_gen():\n    assert list(chunks([1, 2, 3, 4, 5], 2)) == [[1, 2], [3, 4], [5]]\n"
+    run = replay_run(tmp_path / "gen", gen, GENERATOR, test, "tests/test_lib.py::test_gen")
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["guard"] and "chunks does what the unfixed code does" in found["guard"][0].detail
+
+    clo = variants(CLOSURE, "        ", "return [[1, 2], [3, 4], [5]]")
+    test = ("from lib import make_chunker\n\n\ndef test_clo():\n"
+            "    assert make_chunker(2)([1, 2, 3, 4, 5]) == [[1, 2], [3, 4], [5]]\n")
+    run = replay_run(tmp_path / "clo", clo, CLOSURE, test, "tests/test_lib.py::test_clo")
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["guard"]
+    assert "make_chunker.<locals>.chunker does what the unfixed code does" in found["guard"][0].detail
