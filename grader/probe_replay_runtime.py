@@ -8,8 +8,9 @@ or that it raised, and the arguments' state afterwards). When the test body ends
 again from the copy, in a fresh thread (no test frame on its stack) with PYTEST_CURRENT_TEST, pytest's argv and
 modules and the output capture out of sight, first with the same arguments, then with each argument nudged
 (integers ±1, booleans flipped, strings and sequences one element longer or shorter, case flipped, changed
-inside, a dict's first key renamed). One JSON line per call reports
-the digests; `grader.probe_replay` compares them across the candidates and the unfixed code.
+inside, a dict's first key renamed). Generators are called for their first items; closures are found by their
+code and cells. One JSON line per call reports the digests; `grader.probe_replay` compares them across the
+candidates and the unfixed code.
 """
 
 import copy
@@ -309,8 +310,7 @@ def _rp_nudges(v):
 
 def _rp_inner(v):
     """Nudges inside a string or bytes value, where the ends-only nudges do not reach: the middle element one
-    code point higher, doubled and dropped, every blank (and every tab) doubled, the whole
-    reversed."""
+    code point higher, doubled and dropped, every blank (and every tab) doubled, the whole reversed."""
     out = []
     m = len(v) // 2
     one = v[m:m + 1]
