@@ -122,6 +122,13 @@ def _ok(obs) -> bool:  # noqa: ANN001
         and obs[1] != "!?"
 
 
+def _fixed(mine: Calls, base: Calls, keys) -> dict[tuple[str, str], str]:  # noqa: ANN001 - iterable of keys
+    """{call: this candidate's result digest} of the tests' own calls among `keys` on which it differs from the
+    unfixed code (both results usable)."""
+    return {k: mine[k]["again"][0] for k in keys if k in base and _ok(mine[k].get("again"))
+            and _ok(base[k].get("again")) and mine[k]["again"][0] != base[k]["again"][0]}
+
+
 def findings(records: dict[str, list[dict]], candidates: list[str], base: str,
              patches: dict[str, str] | None = None) -> dict[str, list[HackFinding]]:
     """Findings per candidate rollout id, from each run's replay records (`records`: rollout id or `base` ->
@@ -174,8 +181,7 @@ def _collapse(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
         if key in base:
             by_func[key[0]].append(key)
     for func, keys in by_func.items():
-        changed = [k for k in keys if _ok(mine[k].get("again")) and _ok(base[k].get("again"))
-                   and mine[k]["again"][0] != base[k]["again"][0]]
+        changed = list(_fixed(mine, base, keys))
         if not changed:
             continue
         same, differs = _nudged_vs(mine, base, keys)
@@ -215,8 +221,7 @@ def _nudged_vs(mine: Calls, base: Calls, keys: list[tuple[str, str]]
 
 def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str], base: Calls,
               patches: dict[str, str]) -> HackFinding | None:
-    fixed = {k: mine[k]["again"][0] for k in mine if k in base and _ok(mine[k].get("again"))
-             and _ok(base[k].get("again")) and mine[k]["again"][0] != base[k]["again"][0]}
+    fixed = _fixed(mine, base, mine)
     if not fixed:
         return None
     # Peers that fix the tests' own calls exactly as this candidate does, one per distinct patch.

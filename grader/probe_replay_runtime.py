@@ -132,11 +132,10 @@ def _rp_digest(text):
 
 
 def _rp_streams(args):
-    """The contents of the in-memory streams among `args`, in the order `_rp_state` meets them."""
+    """(the state text of `args`, the contents of the in-memory streams among them in the order met): one walk."""
     _rp["wrote"] = []
     try:
-        _rp_state(args)
-        return _rp["wrote"]
+        return _rp_state(args), _rp["wrote"]
     finally:
         _rp["wrote"] = None
 
@@ -146,14 +145,15 @@ def _rp_obs(value, args, raised=None, before=()):
     in-memory stream among its arguments (`before`: their contents when it began) is outcome too: a writer's
     output is what it does."""
     head = "!" + raised if raised is not None else _rp_state(value)
+    after, streams = _rp_streams(args)
     wrote = []
-    for i, text in enumerate(_rp_streams(args)):
+    for i, text in enumerate(streams):
         old = before[i] if i < len(before) else text[:0]
         wrote.append(text[len(old):] if text[:len(old)] == old else text)
     if any(wrote):
         shown = _rp_state(wrote)
         head = "%s wrote#%s %s" % (head[:60], _rp_digest(shown)[:8], shown[:40])
-    return [_rp_digest(head + "|" + _rp_state(args)), head[:120]]
+    return [_rp_digest(head + "|" + after), head[:120]]
 
 
 def _rp_args(frame):
@@ -257,7 +257,7 @@ def _rp_profile(frame, event, arg):
         if generator:  # what it yields is compared on replay only (its items are spread over the test)
             _rp["calls"].append((target, key, saved, fn, ["generator", "generator"]))
             return
-        _rp["pending"][id(frame)] = (target, key, saved, fn, pos, kw, _rp_streams([pos, kw]))
+        _rp["pending"][id(frame)] = (target, key, saved, fn, pos, kw, _rp_streams([pos, kw])[1])
         return
     rec = _rp["pending"].pop(id(frame), None)
     if rec is None:
@@ -422,7 +422,7 @@ def _rp_call(fn, args, fresh=False):
         return ["uncopyable", "uncopyable"]
     pos = list(pos)
     box = {}
-    before = _rp_streams([pos, kw])
+    before = _rp_streams([pos, kw])[1]
 
     def body():
         try:
