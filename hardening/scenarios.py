@@ -19,6 +19,7 @@ from pathlib import Path
 from hardening.faults import PrivateDockerd, result_lines, slow_predictions, wait_for_lines
 from hardening.harness import ROOT, containers_of, eval_command, eval_env, gagar_eval
 from hardening.repo import Fortress
+from sandbox.workspace import OWNER_FILE
 
 
 def _inputs(work: Path, n: int, sleep_s: float) -> tuple[Fortress, Path, Path, list[str]]:
@@ -42,6 +43,21 @@ def _check_lines(path: Path, ids: list[str], problems: list[str], what: str) -> 
     if extra:
         problems.append(f"{what}: results for unknown predictions {extra}")
     return good
+
+
+def _owners(tmp: Path, names: list[str], *, first_pid: int) -> str:
+    """Which run left each temp dir, and what is in it: enough to find the race from one failed run."""
+    out = []
+    for name in names:
+        d = tmp / name
+        try:
+            owner = (d / OWNER_FILE).read_text().strip()
+            inside = sorted(p.name for p in d.iterdir())[:8]
+        except OSError as exc:
+            owner, inside = f"unreadable ({exc.strerror})", []
+        run = "first run" if owner == str(first_pid) else "re-run" if owner.isdigit() else "?"
+        out.append(f"{name}: owner {owner} ({run}), holds {inside}")
+    return "; ".join(out)
 
 
 def engine_crash(work: Path, *, n: int = 6, sleep_s: float = 3.0) -> dict:
@@ -100,7 +116,7 @@ def engine_crash(work: Path, *, n: int = 6, sleep_s: float = 3.0) -> dict:
             problems.append(f"containers of the run left on the engine after the re-run: {left}")
     leftovers = sorted(p.name for p in tmp.iterdir()) if tmp.exists() else []
     if leftovers:
-        problems.append(f"temp dirs left behind: {leftovers}")
+        problems.append(f"temp dirs left behind: {leftovers} ({_owners(tmp, leftovers, first_pid=proc.pid)})")
     return {"problems": problems, "results_before_kill": before, "infra_errors": len(infra),
             "first_run_end_s": round(ended_s, 1), "lost": n - len(final), "predictions": n}
 

@@ -66,7 +66,7 @@ class RolloutGroup:
                 raise WorkspaceError(f"the workspace of {self.instance.instance_id} was already closed")
             if self.ws is None and self.error is None:
                 ws = GroupWorkspace(Path(self.config.repos_dir), self.instance.repo, self.instance.base_commit,
-                                    tag=self.call)
+                                    tag=self.call, run_id=self.config.run_id)
                 try:
                     self.ws = ws.__enter__()
                 except (WorkspaceError, OSError) as exc:

@@ -33,7 +33,14 @@ from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.integrity import checks as integrity
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
 from sandbox.report import atomic_write_text, build_report, collect_reports, log_dir_for, start_run
-from sandbox.workspace import WorkspaceError, hand_over, janitor, remove_tree, sweep_workspaces
+from sandbox.workspace import (
+    WorkspaceError,
+    hand_over,
+    janitor,
+    remove_tree,
+    stale_workspaces,
+    sweep_workspaces,
+)
 
 log = logging.getLogger(__name__)
 
@@ -307,8 +314,10 @@ def evaluate_predictions(
                       fail_to_pass=require_fail_to_pass)
     known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
                                                  start.writer, start.done)
-    if writer is not None:
+    if writer is not None:  # a resumed run: what a dead earlier process of this run left is removed first
         ctr.remove_stale(config.run_id)
+        for stale in stale_workspaces(run_id=config.run_id):
+            remove_tree(stale)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
     # Group by instance, keeping first-seen order, so one group's rollouts run together.
     order: dict[str, list[Prediction]] = {}

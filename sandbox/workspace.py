@@ -35,15 +35,19 @@ SANDBOX_UID = SANDBOX_GID = 1000
 WS_PREFIX = "gagar-ws-"
 OWNER_FILE = "owner.pid"
 TAG_FILE = "call"
+RUN_FILE = "run"
 
 
-def stale_workspaces(tmp_root: Path | None = None) -> list[Path]:
+def stale_workspaces(tmp_root: Path | None = None, *, run_id: str | None = None) -> list[Path]:
     """Workspaces whose owning process is gone (a `kill -9` skips every cleanup); `gagar sandbox gc` removes
-    them. A workspace without a readable owner is left alone."""
+    them, and a resumed run removes its own run's (`run_id`). A workspace without a readable owner is left
+    alone."""
     out = []
     for d in Path(tmp_root or tempfile.gettempdir()).glob(WS_PREFIX + "*"):
         try:
             pid = int((d / OWNER_FILE).read_text().strip())
+            if run_id is not None and (d / RUN_FILE).read_text() != run_id:
+                continue
         except (OSError, ValueError):
             continue
         try:
@@ -158,8 +162,9 @@ class GroupWorkspace:
     """The repo at `base_commit` for one instance group, under a private temp dir removed on exit."""
 
     def __init__(self, repos_dir: Path, repo: str, base_commit: str, *, tmp_root: Path | None = None,
-                 tag: str | None = None) -> None:
+                 tag: str | None = None, run_id: str | None = None) -> None:
         self.tag = tag  # the evaluation call it belongs to: `sweep_workspaces(tag)` finds it after an interrupt
+        self.run_id = run_id  # the run it belongs to: a resumed run removes what a dead earlier one left
         self.source = Path(repos_dir) / repo.replace("/", "__")
         self.base_commit = base_commit
         self.tmp_root = tmp_root
@@ -176,6 +181,8 @@ class GroupWorkspace:
         (self.root / OWNER_FILE).write_text(str(os.getpid()))
         if self.tag:
             (self.root / TAG_FILE).write_text(self.tag)
+        if self.run_id:
+            (self.root / RUN_FILE).write_text(self.run_id)
         try:
             self.base = self.root / "base"
             try:

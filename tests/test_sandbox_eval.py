@@ -216,9 +216,22 @@ def test_resume_and_redo(task: CalcTask, tmp_path: Path) -> None:
     path = out / "r" / "results.jsonl"
     first = path.read_text().splitlines()
     assert len(first) == 3
-    # A crash mid-write: the last line is cut short. Resume must redo exactly that one.
+    # A crash mid-write: the last line is cut short. Resume must redo exactly that one, and remove the repo copy
+    # the dead process of this run left (not another run's, not a live process's).
     path.write_text("\n".join(first[:2]) + "\n" + first[2][:25])
-    assert _eval(task, pp, out, "r") == 0
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    planted = {}
+    for name, owner, run in (("dead", dead.pid, "r"), ("other_run", dead.pid, "r2"), ("live", os.getpid(), "r")):
+        planted[name] = Path(tempfile.mkdtemp(prefix="gagar-ws-"))
+        (planted[name] / "owner.pid").write_text(str(owner))
+        (planted[name] / "run").write_text(run)
+    try:
+        assert _eval(task, pp, out, "r") == 0
+        assert not planted["dead"].exists() and planted["other_run"].exists() and planted["live"].exists()
+    finally:
+        for d in planted.values():
+            shutil.rmtree(d, ignore_errors=True)
     second = path.read_text().splitlines()
     assert second[:2] == first[:2] and len(second) == 3 and json.loads(second[2])["status"] == "resolved"
     assert _eval(task, pp, out, "r") == 0  # nothing left to do: nothing rewritten
