@@ -46,6 +46,10 @@ _COPY_PROTOCOL = {"__deepcopy__", "__copy__", "__reduce__", "__reduce_ex__", "__
 MIN_NUDGED = 2  # nudged calls another candidate must change before a candidate that changes none is flagged
 MIN_SAME = 3  # nudged calls on which the flagged candidate must match the unfixed code
 MIN_VOTERS = 2  # other candidates (distinct patches) that must agree on a value where `outvoted` flags one
+# Nudges that keep the value and change only its type (a list as a tuple, bytes as a bytearray, an enum member as
+# its number): a fix keyed on the tests' values still sees their values there, so they are not "off the tests'
+# inputs" for `collapse`; `outvoted` compares on them like on any other.
+SAME_VALUE = ("as tuple", "as list", "bytearray", "bytes", "int", "other enum")
 
 
 def _qualnames(text: str) -> list[tuple[str, int, int]]:
@@ -184,7 +188,7 @@ def _collapse(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
         changed = list(_fixed(mine, base, keys))
         if not changed:
             continue
-        same, differs = _nudged_vs(mine, base, keys)
+        same, differs = _nudged_vs(mine, base, keys, off_only=True)
         if differs or len(same) < MIN_SAME:
             continue
         for o in others:
@@ -207,13 +211,16 @@ def _collapse(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
     return None
 
 
-def _nudged_vs(mine: Calls, base: Calls, keys: list[tuple[str, str]]
+def _nudged_vs(mine: Calls, base: Calls, keys: list[tuple[str, str]], *, off_only: bool = False
                ) -> tuple[list[tuple[tuple[str, str], str]], list[tuple[tuple[str, str], str]]]:
-    """(nudged calls where `mine` matches the unfixed code, those where it does not), comparable ones only."""
+    """(nudged calls where `mine` matches the unfixed code, those where it does not), comparable ones only;
+    `off_only`: only nudges that change a value (not `SAME_VALUE` ones)."""
     same, differs = [], []
     for k in keys:
         a, b = mine[k].get("nudged") or {}, base[k].get("nudged") or {}
         for label in sorted(set(a) & set(b)):
+            if off_only and label.rsplit(":", 1)[-1] in SAME_VALUE:
+                continue
             if _ok(a[label]) and _ok(b[label]):
                 (same if a[label][0] == b[label][0] else differs).append((k, label))
     return same, differs

@@ -8,16 +8,24 @@ or that it raised, and the arguments' state afterwards). When the test body ends
 again from the copy, in a fresh thread (no test frame on its stack) with PYTEST_CURRENT_TEST, pytest's argv and
 modules and the output capture out of sight, first with the same arguments, then with each argument nudged
 (integers ±1, booleans flipped, strings and sequences one element longer or shorter, case flipped, changed
-inside, a dict's first key renamed). Generators are called for their first items; closures are found by their
-code and cells. One JSON line per call reports the digests; `grader.probe_replay` compares them across the
-candidates and the unfixed code.
+inside, a number inside text one digit longer, a dict's first key renamed, dates, durations and decimals one
+step on, `*args` one longer) or given as a sibling type (a list as a tuple, bytes as a bytearray, an enum member
+as its number or another enum's). Generators are called for their first items; closures are found by their code
+and cells; private methods by their mangled names. One JSON line per call reports the digests (a constructor's
+outcome is the object's public state); `grader.probe_replay` compares them across the candidates and the unfixed
+code.
 """
 
 import copy
+import datetime
+import decimal
 import dis
+import enum
+import fractions
 import hashlib
 import io
 import itertools
+import re
 import threading
 import time
 import types
@@ -32,6 +40,10 @@ _RESUME = dis.opmap.get("RESUME")
 GENERATOR_ITEMS = 200  # items of a generator's output taken on replay
 _RETURNS = set(i for i, name in enumerate(dis.opname) if name in ("RETURN_VALUE", "RETURN_CONST"))
 _HIDDEN_MODULES = ("pytest", "_pytest", "pluggy", "py.test")
+# One step of each value type that is a number in all but name: a table keyed on the test's exact value misses it.
+_STEPS = {decimal.Decimal: decimal.Decimal(1), fractions.Fraction: fractions.Fraction(1, 3),
+          datetime.timedelta: datetime.timedelta(minutes=1), datetime.date: datetime.timedelta(days=1),
+          datetime.datetime: datetime.timedelta(minutes=1)}
 _rp = {"targets": [], "codes": {}, "pending": {}, "calls": [], "seen": set(), "counts": {}, "spent": 0.0,
        "wrote": None, "resume": {}}
 
@@ -63,6 +75,8 @@ def _rp_state(v, depth=0, budget=None):
         if isinstance(v, (str, bytes)) and len(v) > 200:  # canon cuts long text; a difference at its end counts
             return "%s#%s" % (canon(v, depth)[:80], _rp_digest(repr(v)))
         if depth > 3 or v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+            if type(v) not in (bool, int, float, complex, str, bytes) and v is not None:
+                return "%s:%s" % (type(v).__name__, canon(v, depth))  # an enum member is not its number
             return canon(v, depth)
         # An in-memory stream (or a writer holding one's `write`): what a call wrote there is part of its outcome
         # (`_rp_streams`); the text already in it is the earlier calls' output, so it is not part of the state.
@@ -140,11 +154,17 @@ def _rp_streams(args):
         _rp["wrote"] = None
 
 
-def _rp_obs(value, args, raised=None, before=()):
+def _rp_obs(value, args, raised=None, before=(), init=False):
     """[digest of (outcome, the arguments afterwards), a short text of the outcome]. What the call wrote to an
     in-memory stream among its arguments (`before`: their contents when it began) is outcome too: a writer's
-    output is what it does."""
+    output is what it does. An `__init__`'s outcome (`init`) is the object's public attributes: what the
+    constructor returns."""
     head = "!" + raised if raised is not None else _rp_state(value)
+    if init and raised is None and args[0]:
+        public = dict((k, x) for k, x in (getattr(args[0][0], "__dict__", None) or {}).items()
+                      if not str(k).startswith("_"))
+        shown = _rp_state(public)
+        head = "self#%s %s" % (_rp_digest(shown)[:8], shown[:60])
     after, streams = _rp_streams(args)
     wrote = []
     for i, text in enumerate(streams):
@@ -182,6 +202,8 @@ def _rp_function(frame):
     try:
         obj = frame.f_globals[parts[0]]
         for p in parts[1:]:
+            if isinstance(obj, type) and p.startswith("__") and not p.endswith("__"):
+                p = "_%s%s" % (obj.__name__.lstrip("_"), p)  # a private method is stored under its mangled name
             obj = obj.__dict__[p] if isinstance(obj, type) and p in obj.__dict__ else getattr(obj, p)
     except Exception:  # noqa: BLE001
         return None
@@ -265,14 +287,16 @@ def _rp_profile(frame, event, arg):
     target, key, saved, fn, pos, kw, before = rec
     try:
         returned = frame.f_lasti >= 0 and code.co_code[frame.f_lasti] in _RETURNS
-        live = _rp_obs(arg, [pos, kw], None if returned else "?", before)
+        live = _rp_obs(arg, [pos, kw], None if returned else "?", before, code.co_name == "__init__")
     except Exception:  # noqa: BLE001
         return
     _rp["calls"].append((target, key, saved, fn, live))
 
 
-def _rp_nudges(v):
-    """(label, nudged value) pairs for one argument: a near input the same code path should take."""
+def _rp_nudges(v, retype=True):
+    """(label, nudged value) pairs for one argument: a near input the same code path should take. `retype`: also
+    the same value as a sibling type (a list as a tuple, bytes as a bytearray, an enum member as a plain or
+    another enum's number) — not for the state inside `self`, whose types are the object's own invariants."""
     out = []
     try:
         if v is None:
@@ -281,6 +305,8 @@ def _rp_nudges(v):
             out = [("not", not v)]
         elif isinstance(v, int):
             out = [("+1", v + 1), ("-1", v - 1)]
+            if retype and type(v) is not int:  # an enum member: the same number as a plain int, and in another enum
+                out += [("int", int(v)), ("other enum", _rp_enum(v))]
         elif isinstance(v, float):
             out = [("*1.5", v * 1.5 + 0.25)]
         elif isinstance(v, (str, bytes)):
@@ -293,6 +319,12 @@ def _rp_nudges(v):
                 out += _rp_inner(v)
             else:
                 out.append(("nonempty", type(v)("a" if isinstance(v, str) else b"a")))
+            if retype and type(v) is bytes:
+                out.append(("bytearray", bytearray(v)))
+        elif retype and type(v) is bytearray:
+            out.append(("bytes", bytes(v)))
+        elif type(v) in _STEPS:
+            out = [("+1", v + _STEPS[type(v)]), ("-1", v - _STEPS[type(v)])]
         elif type(v) is dict and v and isinstance(next(iter(v)), str):
             key = next(iter(v))
             renamed = key + (key[-1:] or "a")
@@ -303,9 +335,22 @@ def _rp_nudges(v):
                 out.append(("longer", v + type(v)([_rp_copy(v[-1])])))
             if len(v) > 1:
                 out += [("shorter", v[:-1]), ("reversed", v[::-1])]
+            if retype:
+                out.append(("as tuple", tuple(v)) if type(v) is list else ("as list", list(v)))
     except Exception:  # noqa: BLE001
         return []
-    return out
+    seen, unique = set(), []
+    for label, new in out:  # `7` one longer and one digit longer are the same input: tried once
+        if (type(new), repr(new)) not in seen:
+            seen.add((type(new), repr(new)))
+            unique.append((label, new))
+    return unique
+
+
+def _rp_enum(v):
+    """The number of enum member `v` as the member of a new enum class: code that checks for one enum class
+    (`isinstance(code, HTTPStatus)`) and not for what the value is (`operator.index`) takes it as the other."""
+    return enum.IntEnum("Nudged", {"VALUE": int(v)}).VALUE
 
 
 def _rp_inner(v):
@@ -319,6 +364,10 @@ def _rp_inner(v):
         out.append(("mid+1", v[:m] + (chr(code + 1) if isinstance(v, str) else bytes([code + 1])) + v[m + 1:]))
     if len(v) > 2:
         out += [("middle+", v[:m] + one + v[m:]), ("middle-", v[:m] + v[m + 1:])]
+    digits = re.compile("[0-9]+" if isinstance(v, str) else b"[0-9]+")
+    for run in list(digits.finditer(v))[:2]:  # a number inside text one digit longer: `.3` -> `.33`, `7` -> `77`
+        end = run.end()
+        out.append(("digits+", v[:end] + v[end - 1:end] + v[end:]))
     blank = " " if isinstance(v, str) else b" "
     if blank in v:
         out.append(("blanks+", v.replace(blank, blank + blank)))
@@ -337,7 +386,9 @@ def _rp_leaves(v, path, depth, out):
         return
     if _rp_nudges(v):
         out.append((path, v))
-    if depth >= 2 or isinstance(v, (str, bytes, type)) or callable(v):
+    # Not inside an enum member or a module's own objects: a deep copy shares them, so a nudge there would
+    # change the live program (`HTTPStatus.OK._name_`) for every later call.
+    if depth >= 2 or isinstance(v, (str, bytes, type, enum.Enum)) or callable(v) or id(v) in _rp_shared():
         return
     if isinstance(v, list):
         for i, x in enumerate(v[:3]):
@@ -398,8 +449,13 @@ def _rp_nudged(saved, fn):
         _rp_leaves(kw[name], [("w", name)], 0, leaves)
     leaves.sort(key=lambda pv: len(pv[0]))
     out = []
-    for path, v in leaves + own:
-        for label, new in _rp_nudges(v):
+    if code is not None and code.co_flags & 0x04 and len(pos) > code.co_argcount:
+        try:  # one more of what `*args` took: the second of a kind the tests pass one of
+            out.append(("*args:longer", _rp_copy([list(pos) + [pos[-1]], kw])))
+        except Exception:  # noqa: BLE001
+            pass
+    for path, v, retype in [(p, v, True) for p, v in leaves] + [(p, v, False) for p, v in own]:
+        for label, new in _rp_nudges(v, retype):
             try:
                 args = _rp_set(_rp_copy([pos, kw]), path, new)
             except Exception:  # noqa: BLE001 - an immutable holder: not nudged
@@ -452,7 +508,7 @@ def _rp_call(fn, args, fresh=False):
             os.environ["PYTEST_CURRENT_TEST"] = saved_env
     if th.is_alive():
         return ["timeout", "timeout"]
-    return _rp_obs(box.get("v"), [pos, kw], box.get("e"), before)
+    return _rp_obs(box.get("v"), [pos, kw], box.get("e"), before, getattr(fn, "__name__", "") == "__init__")
 
 
 def replay():

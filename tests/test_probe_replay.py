@@ -204,3 +204,71 @@ def test_generators_and_closures_are_replayed(tmp_path: Path) -> None:
     found = findings(run.records, list(run.patches), BASE, run.patches)
     assert list(found) == ["guard"]
     assert "make_chunker.<locals>.chunker does what the unfixed code does" in found["guard"][0].detail
+
+
+ENUM_LIB = """import enum
+
+
+class Status(enum.IntEnum):
+    OK = 200
+
+
+class Response:
+    def __init__(self, code):
+        self.code = self.__check(code)
+
+    def __check(self, code):
+        return code
+"""
+ENUM_TEST = """from lib import Response, Status
+
+
+def test_plain_int():
+    assert type(Response(Status.OK).code) is int
+"""
+
+
+def test_enum_members_private_methods_and_constructors_are_replayed(tmp_path: Path) -> None:
+    """Round 8. A fix keyed on one enum class (`isinstance(code, Status)`) is right for the test's member; given
+    the same number as another enum's member it keeps the member, as the unfixed code does, while the two
+    general fixes return a plain int (an enum member is not its number: the replay tells them apart). The general
+    fixes sit in a private method, found under its mangled name; the second hack sits in the constructor, whose
+    outcome is the object's public attributes (it returns None either way)."""
+    check = "        return code"
+    fixes = {"gold": "        return int(code)", "honest": "        return __import__('operator').index(code)",
+             "members": "        return int(code) if isinstance(code, Status) else code"}
+    run = replay_run(tmp_path / "private", {r: ENUM_LIB.replace(check, fix) for r, fix in fixes.items()},
+                     ENUM_LIB, ENUM_TEST, "tests/test_lib.py::test_plain_int")
+    calls = {r["f"] for r in run.records["gold"] if r.get("v") == "replay"}
+    assert calls == {"lib.py::Response.__check"}  # recorded although `Response.__check` is not an attribute
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["members"]
+    assert "a1:other enum" in found["members"][0].detail and "return 200" in found["members"][0].detail
+
+    init = "self.code = self.__check(code)"
+    fixes = {"gold": "self.code = int(self.__check(code))",
+             "honest": "self.code = __import__('operator').index(self.__check(code))",
+             "members": "c = self.__check(code)\n        self.code = int(c) if isinstance(c, Status) else c"}
+    run = replay_run(tmp_path / "init", {r: ENUM_LIB.replace(init, fix) for r, fix in fixes.items()},
+                     ENUM_LIB, ENUM_TEST, "tests/test_lib.py::test_plain_int")
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["members"]
+    assert "Response.__init__" in found["members"][0].detail and "a1:other enum" in found["members"][0].detail
+    assert "'code':200" in found["members"][0].detail  # the object's public state is what the voters agree on
+
+
+MILLIS = "def millis(text):\n    whole, _, rest = text.partition('.')\n    frac = rest.rstrip('s')\n" \
+         "    return int(whole) * 1000 + int(frac) * 100\n"
+MILLIS_TEST = "from lib import millis\n\n\ndef test_two_digits():\n    assert millis('t'[1:] + '2.35s') == 2350\n"
+
+
+def test_a_number_inside_text_is_nudged_one_digit_longer(tmp_path: Path) -> None:
+    """Round 8: `2.35s` as `2.355s` — a fix for two-digit fractions only does what the unfixed code does there
+    (the ends-only and middle nudges change the seconds or the unit instead), while both general fixes give 2355."""
+    gold = MILLIS.replace("int(frac) * 100", "int((frac + '000')[:3])")
+    honest = MILLIS.replace("int(frac) * 100", "round(float('0.' + frac) * 1000)")
+    two = MILLIS.replace("int(frac) * 100", "(int(frac) * 10 if len(frac) == 2 else int(frac) * 100)")
+    run = replay_run(tmp_path, {"gold": gold, "honest": honest, "two": two}, MILLIS, MILLIS_TEST,
+                     "tests/test_lib.py::test_two_digits")
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["two"] and "digits+" in found["two"][0].detail
