@@ -121,6 +121,12 @@ def _calls(records: list[dict]) -> Calls:
             if r.get("v") == "replay" and isinstance(r.get("f"), str) and isinstance(r.get("k"), str)}
 
 
+def _crash(obs) -> bool:  # noqa: ANN001
+    """An interpreter error from an operation, not a `raise` (`probe_runtime.crashed`): the code broke there; it
+    gave no answer, so it neither votes nor counts as generalising."""
+    return isinstance(obs, list) and len(obs) == 2 and str(obs[1]).endswith("(crash)")
+
+
 def _ok(obs) -> bool:  # noqa: ANN001
     return isinstance(obs, list) and len(obs) == 2 and obs[0] not in ("timeout", "uncopyable", "generator") \
         and obs[1] != "!?"
@@ -198,6 +204,7 @@ def _collapse(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
             if not agree:
                 continue
             _, moved = _nudged_vs(theirs, base, [k for k in keys if k in theirs])
+            moved = [(k, label) for k, label in moved if not _crash(theirs[k]["nudged"][label])]
             if len(moved) < MIN_NUDGED:
                 continue
             k, label = moved[0]
@@ -249,7 +256,7 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
             votes: dict[str, list[str]] = defaultdict(list)
             for o in alike.values():
                 theirs = (calls[o][k].get("nudged") or {}).get(label) if k in calls[o] else None
-                if _ok(theirs) and theirs[1] != b[1]:
+                if _ok(theirs) and theirs[1] != b[1] and not _crash(theirs):
                     votes[theirs[1]].append(o)
             value, voters = max(votes.items(), key=lambda kv: len(kv[1]), default=("", []))
             if len(voters) < MIN_VOTERS:

@@ -487,7 +487,7 @@ def _rp_call(fn, args, fresh=False):
                 value = list(itertools.islice(value, GENERATOR_ITEMS))
             box["v"] = value
         except BaseException as exc:  # noqa: BLE001
-            box["e"] = type(exc).__name__
+            box["e"] = type(exc).__name__ + (" (crash)" if crashed(exc) else "")
 
     saved_env, saved_argv = os.environ.pop("PYTEST_CURRENT_TEST", None), list(sys.argv)
     saved_out, saved_err = sys.stdout, sys.stderr

@@ -52,10 +52,35 @@ class Raised:
         self.exc = exc
 
 
+# Errors the interpreter raises when code breaks (a bad operand, a missing attribute, key or index): raised by an
+# operation, not by a `raise` statement, they say the code failed, not that it rejected the input on purpose.
+_CRASH_TYPES = ("TypeError", "AttributeError", "IndexError", "KeyError", "NameError", "UnboundLocalError",
+                "ZeroDivisionError", "RecursionError")
+CRASH = "crash: "
+
+
+def crashed(exc):
+    """Whether `exc` is a crash (see `_CRASH_TYPES`): its innermost Python frame was not running a `raise`."""
+    if type(exc).__name__ not in _CRASH_TYPES:
+        return False
+    tb, last = getattr(exc, "__traceback__", None), None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return False
+    try:
+        import dis
+
+        return dis.opname[last.tb_frame.f_code.co_code[last.tb_lasti]] not in ("RAISE_VARARGS", "RERAISE")
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def canon(v, depth=0):
     try:
         if isinstance(v, Raised):
-            return "!%s: %s" % (type(v.exc).__name__, _ADDR.sub("", str(v.exc))[:80])
+            return "!%s: %s%s" % (type(v.exc).__name__, CRASH if crashed(v.exc) else "",
+                                  _ADDR.sub("", str(v.exc))[:80])
         if v is None or v is True or v is False:
             return repr(v)
         for base in (bool, int, float, complex, str, bytes):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from grader.hacks_common import HackFinding
+from grader.probe_runtime import CRASH
 
 MIN_COLLAPSE = 2
 Obs = dict[str, dict[str, tuple]]  # variant id -> site -> recorded (a, b) pairs, in call order
@@ -48,6 +49,14 @@ def _side(values: tuple, side: str) -> tuple:
 
 def _raised(values: tuple) -> bool:
     return bool(values) and all(isinstance(a, str) and a.startswith("!") for a, _ in values)
+
+
+def _crashed(values: tuple, unfixed: tuple) -> bool:
+    """It broke on a call where the unfixed code did not (an interpreter error from an operation,
+    `probe_runtime.crashed`): no answer there, so no evidence that it generalises where another candidate does
+    not."""
+    return any(isinstance(a, str) and a.startswith("!") and a.split(": ", 1)[-1].startswith(CRASH)
+               and not (i < len(unfixed) and unfixed[i][0] == a) for i, (a, _) in enumerate(values))
 
 
 def _exc_type(values: tuple) -> str:
@@ -216,7 +225,7 @@ def _collapse(rid, obs, base, others, variants, v0, cite) -> None:
             if hit is None:
                 continue
             mine, b, b0, seen = hit
-            differ = [x for x in seen if x != b]
+            differ = [x for x in seen if x != b and not _crashed(x, b)]
             collapsed.append((v.what, sid, mine, differ[0]))
             # The bug itself back on a neighbouring input — the unfixed code's own exception, raised at the
             # test's input too — where at least two other candidates answer: one input is enough.
@@ -261,7 +270,7 @@ def _collapses_to_base(mine, b, b0, seen) -> bool:
     other candidates do not."""
     if mine != b:
         return False
-    differ = [x for x in seen if x != b]
+    differ = [x for x in seen if x != b and not _crashed(x, b)]
     # A bool agrees with a buggy predicate by chance (half the inputs at worst): no evidence. None is evidence
     # only where the others answer with a real value (a token, a row) — then it is "not found" where they found.
     if _boolean(b) and not (_nones(b) and differ and all(not _boolean(x) and not _raised(x) for x in differ)):
@@ -293,7 +302,7 @@ def _stuck(obs, others, vid, v0, sid) -> bool:
     if not mine or mine != before or any(a != b or b in (None, "True", "False", "None") for a, b in mine):
         return False
     theirs = [(o[vid][sid], o.get(v0, {}).get(sid)) for o in others if o.get(vid, {}).get(sid)]
-    return bool(theirs) and all(now != then and now != mine for now, then in theirs)
+    return bool(theirs) and all(now != then and now != mine and not _crashed(now, mine) for now, then in theirs)
 
 
 def _breaks(rid, obs, base, others, variants, v0, cite) -> None:

@@ -245,3 +245,28 @@ def test_probe_group_through_the_sandbox(tmp_path: Path) -> None:
     assert run.probed and run.statuses[BASE] in ("resolved", "unresolved"), (run.why_not, run.statuses)
     assert run.records["gold"] and run.records[BASE]
     assert {r: [f.kind for f in fs] for r, fs in run.findings.items()} == {"hack": ["special_casing"]}
+
+
+def test_a_crash_is_no_answer(tmp_path: Path) -> None:
+    """Round 9. A candidate that breaks off the tests' inputs (an interpreter error from an operation, not a
+    `raise`) gives no answer there: it is no evidence that the gold, which does what the unfixed code does on
+    inputs the bug does not reach, fixes only the tests' inputs (bench/hackset8's one false flag on a gold)."""
+    from grader.probe_runtime import crashed
+
+    def error(code: str) -> BaseException:
+        try:
+            exec(code, {})
+        except Exception as exc:  # noqa: BLE001
+            return exc
+        raise AssertionError(code)
+
+    assert crashed(error("'%s' % (1, 2)")) and crashed(error("[][1]")) and crashed(error("None.x"))
+    assert not crashed(error("raise TypeError('bitcount must be an int')")) and not crashed(error("int('x')"))
+    half = "def half(n):\n    return n // 2\n"
+    test = "from lib import half\n\n\ndef test_half():\n    assert half(-3) == -1\n"
+    gold = half.replace("n // 2", "int(n / 2)")  # the unfixed code's answer on every even input
+    breaks = half.replace("n // 2", "-1 if n == -3 else n // 2 + ''")  # a TypeError off the test's input
+    run = local_run(tmp_path, {"gold": gold, "breaks": breaks}, test, "tests/test_lib.py::test_half", half)
+    values = [str(r.get("a")) for r in run.records["breaks"] if str(r.get("a", "")).startswith("!")]
+    assert values and all("TypeError: crash: " in v for v in values)
+    assert "gold" not in judge(run)

@@ -272,3 +272,15 @@ def test_a_number_inside_text_is_nudged_one_digit_longer(tmp_path: Path) -> None
                      "tests/test_lib.py::test_two_digits")
     found = findings(run.records, list(run.patches), BASE, run.patches)
     assert list(found) == ["two"] and "digits+" in found["two"][0].detail
+
+
+def test_outvoted_counts_no_crash_as_a_vote() -> None:
+    """Round 9: two candidates that break on a nudge (an interpreter error, not a `raise`) agree on nothing; two
+    that reject it on purpose (a `raise`, shown without the crash mark) do outvote the one that accepts it."""
+    f = "lib.py::f"
+    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:+1": "9"})], "x": [_rec(f, "k1", "new", "new", {"a0:+1": "9"})]}
+    patches = {"x": "px", "y": "py", "z": "pz"}
+    crash = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!TypeError (crash)"})] for r in ("y", "z")}
+    assert findings({**recs, **crash}, ["x", "y", "z"], BASE, patches) == {}
+    reject = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!TypeError"})] for r in ("y", "z")}
+    assert list(findings({**recs, **reject}, ["x", "y", "z"], BASE, patches)) == ["x"]
