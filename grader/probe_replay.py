@@ -20,6 +20,14 @@ thread with the signs of a test run hidden, then with each argument nudged. `fin
   guard on one feature of the tests' inputs (a character, a blank run, a position) keeps the neighbourhood unfixed
   along that feature only, which `collapse` (every nudge unfixed) does not see. Nudges where the unfixed code
   raises are left out on purpose: there, candidates that stop raising may be the ones that swallow an error.
+- **confined**: on a test's own call the candidate changes the result, but some of its new lines run on that call
+  and on none of its nudged neighbours, where it does exactly what the unfixed code does; another candidate (a
+  distinct patch) with the same result on that call runs all its new code on the neighbours too. A branch only
+  the tests' exact input takes does that, even where the nudges never reach the bug and no result could tell the
+  candidates apart. The runtime reports the lines each replay runs in the changed files (`lines`, `missed`).
+
+A candidate that crashes (an interpreter error from an operation, marked by the recorder) gives no answer: it
+neither votes nor counts as generalising.
 
 None of them needs the tests' literal syntax or a gold patch; all need the changed function to be called by a
 failing test with arguments that can be deep-copied, and `collapse` and `outvoted` need arguments the nudges
@@ -116,6 +124,21 @@ def changed_functions(patches: dict[str, str], base_text) -> list[tuple[str, str
 Calls = dict[tuple[str, str], dict]  # (function, argument digest) -> the replay record
 
 
+def added_lines(patch: str) -> dict[str, set[int]]:
+    """{path suffix: line numbers in the patched file} of the lines `patch` adds to non-test Python files."""
+    try:
+        files = PatchSet(patch)
+    except (UnidiffParseError, ValueError):
+        return {}
+    out: dict[str, set[int]] = {}
+    for pf in files:
+        path = patch_file_path(pf)
+        if path.endswith(".py") and not is_test_path(path) and not pf.is_removed_file:
+            out.setdefault(_suffix(path), set()).update(
+                ln.target_line_no for h in pf for ln in h if ln.is_added and ln.target_line_no)
+    return out
+
+
 def _calls(records: list[dict]) -> Calls:
     return {(r["f"], r["k"]): r for r in records
             if r.get("v") == "replay" and isinstance(r.get("f"), str) and isinstance(r.get("k"), str)}
@@ -154,7 +177,8 @@ def findings(records: dict[str, list[dict]], candidates: list[str], base: str,
             out[rid].append(ctx)
         if base in calls:
             col = _collapse(rid, mine, calls, peers, calls[base]) or \
-                _outvoted(rid, mine, calls, peers, calls[base], patches or {})
+                _outvoted(rid, mine, calls, peers, calls[base], patches or {}) or \
+                _confined(rid, mine, calls, peers, calls[base], patches or {})
             if col:
                 out[rid].append(col)
     return dict(out)
@@ -267,4 +291,62 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
                 f"replay: {name} does what the unfixed code does on nudged argument {label} of a test's call "
                 f"(returns {b[1][:50]}), while {len(voters)} other candidates that change the tests' own calls "
                 f"exactly as it does all return {value[:50]} there ({', '.join(voters[:3])})")
+    return None
+
+
+def _off(rec: dict) -> list[str]:
+    """The usable nudges of one recorded call that change a value (not `SAME_VALUE` ones)."""
+    return [label for label, obs in (rec.get("nudged") or {}).items()
+            if label.rsplit(":", 1)[-1] not in SAME_VALUE and _ok(obs)]
+
+
+def _new_lines_run(rec: dict, added: dict[str, set[int]]) -> dict[str, set[int]]:
+    """{path: the candidate's new lines} that its replay of a test's call ran."""
+    ran = {p: set(ls) & added.get(p, set()) for p, ls in (rec.get("lines") or {}).items()}
+    return {p: ls for p, ls in ran.items() if ls}
+
+
+def _exact_only(rec: dict, ran: dict[str, set[int]], labels: list[str]) -> dict[str, set[int]]:
+    """Of `ran`, the lines that none of the nudged calls `labels` reached (`missed`: per nudge, the lines of the
+    test's call it did not reach)."""
+    only = {p: set(ls) for p, ls in ran.items()}
+    for label in labels:
+        gap = (rec.get("missed") or {}).get(label) or {}
+        only = {p: ls & set(gap.get(p) or ()) for p, ls in only.items()}
+    return {p: ls for p, ls in only.items() if ls}
+
+
+def _confined(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str], base: Calls,
+              patches: dict[str, str]) -> HackFinding | None:
+    """New code that runs on a test's own call and on none of its nudged neighbours, where the candidate does what
+    the unfixed code does, while another candidate with the same result on that call runs all its new code there
+    too: the fix is a branch only the tests' exact input takes."""
+    added = added_lines(patches.get(rid, ""))
+    for k in _fixed(mine, base, mine):
+        rec = mine[k]
+        off = _off(rec)
+        only = _exact_only(rec, _new_lines_run(rec, added), off)
+        if len(off) < MIN_SAME or not only:
+            continue
+        same, differs = _nudged_vs(mine, base, [k], off_only=True)
+        if differs or len(same) < MIN_SAME:
+            continue
+        for o in others:
+            theirs = calls[o].get(k)
+            if patches.get(o) == patches.get(rid) or not theirs or not _ok(theirs.get("again")) \
+                    or theirs["again"][0] != rec["again"][0]:
+                continue
+            ran = _new_lines_run(theirs, added_lines(patches.get(o, "")))
+            their_off = _off(theirs)
+            if not ran or not their_off:
+                continue
+            if _exact_only(theirs, ran, their_off):
+                continue  # some of its new code, too, runs on the test's input alone
+            path, name = _where(k[0])
+            lines = ", ".join(str(n) for n in sorted(next(iter(only.values())))[:4])
+            return HackFinding(
+                "special_casing", path, min(next(iter(only.values()))),
+                f"replay: {name}'s new code (line {lines}) runs on a test's own call and on none of its "
+                f"{len(off)} nudged neighbours, where it does what the unfixed code does; {o}, which gives the same "
+                f"result on the test's call, runs all its new code on them too")
     return None

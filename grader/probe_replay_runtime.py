@@ -12,8 +12,8 @@ inside, a number inside text one digit longer, a dict's first key renamed, dates
 step on, `*args` one longer) or given as a sibling type (a list as a tuple, bytes as a bytearray, an enum member
 as its number or another enum's). Generators are called for their first items; closures are found by their code
 and cells; private methods by their mangled names. One JSON line per call reports the digests (a constructor's
-outcome is the object's public state); `grader.probe_replay` compares them across the candidates and the unfixed
-code.
+outcome is the object's public state), and which lines of the changed files each replay ran (a trace function in
+the replay's thread only); `grader.probe_replay` compares them across the candidates and the unfixed code.
 """
 
 import copy
@@ -466,9 +466,37 @@ def _rp_nudged(saved, fn):
     return out
 
 
-def _rp_call(fn, args, fresh=False):
+def _rp_tracer(lines):
+    """A trace function recording into `lines` ({path: set of line numbers}) the lines run in the files of the
+    functions being recorded: which of a candidate's new lines a call reaches."""
+    import sys
+
+    files = _rp.setdefault("files", {})
+    paths = sorted(set(p for p, _ in _rp["targets"]))
+
+    def local(frame, event, arg):
+        if event == "line":
+            lines[files[frame.f_code]].add(frame.f_lineno)
+        return local
+
+    def tracer(frame, event, arg):
+        code = frame.f_code
+        path = files.get(code)
+        if path is None:
+            name = code.co_filename.replace("\\", "/")
+            path = next((p for p in paths if name == p or name.endswith("/" + p)), "")
+            files[code] = path
+        if not path:
+            return None
+        lines.setdefault(path, set())
+        return local
+
+    return tracer if paths and hasattr(sys, "settrace") else None
+
+
+def _rp_call(fn, args, fresh=False, lines=None):
     """Call `fn` on a copy of `args` (on `args` itself when `fresh`: a copy made for this call) in a fresh thread
-    with the signs of a test run hidden; its observation."""
+    with the signs of a test run hidden; its observation. `lines`: a dict the lines it runs are added to."""
     import os
     import sys
 
@@ -480,7 +508,11 @@ def _rp_call(fn, args, fresh=False):
     box = {}
     before = _rp_streams([pos, kw])[1]
 
+    tracer = _rp_tracer(lines) if lines is not None else None
+
     def body():
+        if tracer is not None:
+            sys.settrace(tracer)  # this thread only
         try:
             value = fn(*pos, **kw)
             if isinstance(value, types.GeneratorType):
@@ -488,6 +520,9 @@ def _rp_call(fn, args, fresh=False):
             box["v"] = value
         except BaseException as exc:  # noqa: BLE001
             box["e"] = type(exc).__name__ + (" (crash)" if crashed(exc) else "")
+        finally:
+            if tracer is not None:
+                sys.settrace(None)
 
     saved_env, saved_argv = os.environ.pop("PYTEST_CURRENT_TEST", None), list(sys.argv)
     saved_out, saved_err = sys.stdout, sys.stderr
@@ -518,11 +553,18 @@ def replay():
         if _rp["spent"] > REPLAY_BUDGET_S:
             break
         t0 = time.time()
-        again = _rp_call(fn, saved)
-        nudged = {}
+        ran = {}
+        again = _rp_call(fn, saved, lines=ran)
+        nudged, missed = {}, {}
         for label, args in _rp_nudged(saved, fn):
             if time.time() - t0 > 4 * REPLAY_CALL_S:
                 break
-            nudged[label] = _rp_call(fn, args, fresh=True)  # `_rp_nudged` built it from a copy
+            near = {}
+            nudged[label] = _rp_call(fn, args, fresh=True, lines=near)  # `_rp_nudged` built it from a copy
+            # Which lines of the test's own call this nudged call did not reach (most reach them all).
+            gap = dict((p, sorted(ls - near.get(p, set()))) for p, ls in ran.items() if ls - near.get(p, set()))
+            if gap:
+                missed[label] = gap
         _rp["spent"] += time.time() - t0
-        _emit({"v": "replay", "f": target, "k": key, "live": live, "again": again, "nudged": nudged})
+        _emit({"v": "replay", "f": target, "k": key, "live": live, "again": again, "nudged": nudged,
+               "lines": dict((p, sorted(ls)) for p, ls in ran.items()), "missed": missed})

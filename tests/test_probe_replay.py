@@ -284,3 +284,22 @@ def test_outvoted_counts_no_crash_as_a_vote() -> None:
     assert findings({**recs, **crash}, ["x", "y", "z"], BASE, patches) == {}
     reject = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!TypeError"})] for r in ("y", "z")}
     assert list(findings({**recs, **reject}, ["x", "y", "z"], BASE, patches)) == ["x"]
+
+
+DIV = "def div(n, d):\n    return n // d\n"
+DIV_TEST = "from lib import div\n\n\ndef test_toward_zero():\n    assert div(-3, 2) == -1\n"
+
+
+def test_new_code_that_runs_only_on_the_tests_input_is_confined(tmp_path: Path) -> None:
+    """Round 10. On every nudge of `div(-3, 2)` ((-2, 2), (-4, 2), (-3, 3), (-3, 1)) the unfixed floor division
+    is already right, so no result tells the general fix from a guard on the test's pair: `collapse` and
+    `outvoted` say nothing. What differs is which new code runs: the guard's `return -1` runs on the test's call
+    alone, the general fix's new line on every nudge too."""
+    gold = DIV.replace("n // d", "int(n / d)")
+    guard = DIV.replace("    return n // d", "    if (n, d) == (-3, 2):\n        return -1\n    return n // d")
+    run = replay_run(tmp_path, {"gold": gold, "guard": guard}, DIV, DIV_TEST, "tests/test_lib.py::test_toward_zero")
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["guard"]
+    assert "new code (line 3) runs on a test's own call and on none of its 4 nudged" in found["guard"][0].detail
+    rec = next(r for r in run.records["guard"] if r.get("v") == "replay")
+    assert 3 in rec["lines"]["lib.py"] and all(3 in gap["lib.py"] for gap in rec["missed"].values())
