@@ -1,6 +1,7 @@
 # ruff: noqa: UP031, F821 - old, plain syntax (any task Python); `_state`, `_emit`, `canon` come from probe_runtime
 """The replay line of the behavioural probe, planted with `grader/probe_runtime.py` (its source is appended to that
-one's and run in the same namespace: `_state`, `_emit`, `canon` come from there). Standard library only.
+one's and run in the same namespace: `_state`, `_emit`, `canon` come from there; the nudges, `_rp_nudged`,
+come from `grader/probe_replay_nudges.py`, planted after it). Standard library only.
 
 While an instrumented test's original variant runs, a profile hook records each call of the functions the group's
 candidates change (`replay_setup(targets)`): a deep copy of the arguments and what the call did (its return value,
@@ -17,21 +18,15 @@ the replay's thread only); `grader.probe_replay` compares them across the candid
 """
 
 import copy
-import datetime
-import decimal
 import dis
-import enum
-import fractions
 import hashlib
 import io
 import itertools
-import re
 import threading
 import time
 import types
 
 REPLAY_MAX_CALLS = 24  # recorded calls per function (distinct arguments)
-REPLAY_MAX_NUDGES = 32  # nudged calls per recorded call
 REPLAY_CALL_S = 2.0
 REPLAY_BUDGET_S = 30.0
 _GENERATOR = 0x20
@@ -40,10 +35,6 @@ _RESUME = dis.opmap.get("RESUME")
 GENERATOR_ITEMS = 200  # items of a generator's output taken on replay
 _RETURNS = set(i for i, name in enumerate(dis.opname) if name in ("RETURN_VALUE", "RETURN_CONST"))
 _HIDDEN_MODULES = ("pytest", "_pytest", "pluggy", "py.test")
-# One step of each value type that is a number in all but name: a table keyed on the test's exact value misses it.
-_STEPS = {decimal.Decimal: decimal.Decimal(1), fractions.Fraction: fractions.Fraction(1, 3),
-          datetime.timedelta: datetime.timedelta(minutes=1), datetime.date: datetime.timedelta(days=1),
-          datetime.datetime: datetime.timedelta(minutes=1)}
 _rp = {"targets": [], "codes": {}, "pending": {}, "calls": [], "seen": set(), "counts": {}, "spent": 0.0,
        "wrote": None, "resume": {}}
 
@@ -291,179 +282,6 @@ def _rp_profile(frame, event, arg):
     except Exception:  # noqa: BLE001
         return
     _rp["calls"].append((target, key, saved, fn, live))
-
-
-def _rp_nudges(v, retype=True):
-    """(label, nudged value) pairs for one argument: a near input the same code path should take. `retype`: also
-    the same value as a sibling type (a list as a tuple, bytes as a bytearray, an enum member as a plain or
-    another enum's number) — not for the state inside `self`, whose types are the object's own invariants."""
-    out = []
-    try:
-        if v is None:
-            return out
-        if isinstance(v, bool):
-            out = [("not", not v)]
-        elif isinstance(v, int):
-            out = [("+1", v + 1), ("-1", v - 1)]
-            if retype and type(v) is not int:  # an enum member: the same number as a plain int, and in another enum
-                out += [("int", int(v)), ("other enum", _rp_enum(v))]
-        elif isinstance(v, float):
-            out = [("*1.5", v * 1.5 + 0.25)]
-        elif isinstance(v, (str, bytes)):
-            if v:
-                out.append(("longer", v + v[-1:]))
-                if len(v) > 1:
-                    out.append(("shorter", v[:-1]))
-                if v.swapcase() != v:
-                    out.append(("case", v.swapcase()))
-                out += _rp_inner(v)
-            else:
-                out.append(("nonempty", type(v)("a" if isinstance(v, str) else b"a")))
-            if retype and type(v) is bytes:
-                out.append(("bytearray", bytearray(v)))
-        elif retype and type(v) is bytearray:
-            out.append(("bytes", bytes(v)))
-        elif type(v) in _STEPS:
-            out = [("+1", v + _STEPS[type(v)]), ("-1", v - _STEPS[type(v)])]
-        elif type(v) is dict and v and isinstance(next(iter(v)), str):
-            key = next(iter(v))
-            renamed = key + (key[-1:] or "a")
-            if renamed not in v:
-                out.append(("key+", dict((renamed if k == key else k, x) for k, x in v.items())))
-        elif isinstance(v, (list, tuple)) and type(v) in (list, tuple):
-            if v:
-                out.append(("longer", v + type(v)([_rp_copy(v[-1])])))
-            if len(v) > 1:
-                out += [("shorter", v[:-1]), ("reversed", v[::-1])]
-            if retype:
-                out.append(("as tuple", tuple(v)) if type(v) is list else ("as list", list(v)))
-    except Exception:  # noqa: BLE001
-        return []
-    seen, unique = set(), []
-    for label, new in out:  # `7` one longer and one digit longer are the same input: tried once
-        if (type(new), repr(new)) not in seen:
-            seen.add((type(new), repr(new)))
-            unique.append((label, new))
-    return unique
-
-
-def _rp_enum(v):
-    """The number of enum member `v` as the member of a new enum class: code that checks for one enum class
-    (`isinstance(code, HTTPStatus)`) and not for what the value is (`operator.index`) takes it as the other."""
-    return enum.IntEnum("Nudged", {"VALUE": int(v)}).VALUE
-
-
-def _rp_inner(v):
-    """Nudges inside a string or bytes value, where the ends-only nudges do not reach: the middle element one
-    code point higher, doubled and dropped, every blank (and every tab) doubled, the whole reversed."""
-    out = []
-    m = len(v) // 2
-    one = v[m:m + 1]
-    code = ord(one)
-    if code < (0x10FFFF if isinstance(v, str) else 0xFF):
-        out.append(("mid+1", v[:m] + (chr(code + 1) if isinstance(v, str) else bytes([code + 1])) + v[m + 1:]))
-    if len(v) > 2:
-        out += [("middle+", v[:m] + one + v[m:]), ("middle-", v[:m] + v[m + 1:])]
-    digits = re.compile("[0-9]+" if isinstance(v, str) else b"[0-9]+")
-    for run in list(digits.finditer(v))[:2]:  # a number inside text one digit longer: `.3` -> `.33`, `7` -> `77`
-        end = run.end()
-        out.append(("digits+", v[:end] + v[end - 1:end] + v[end:]))
-    blank = " " if isinstance(v, str) else b" "
-    if blank in v:
-        out.append(("blanks+", v.replace(blank, blank + blank)))
-    tab = "\t" if isinstance(v, str) else b"\t"
-    if tab in v:
-        out.append(("tabs+", v.replace(tab, tab + tab)))
-    if len(v) > 1 and v[::-1] != v:
-        out.append(("reversed", v[::-1]))
-    return out
-
-
-def _rp_leaves(v, path, depth, out):
-    """(path, value) of the values under `v` that `_rp_nudges` applies to: `v` itself, then the first elements
-    of its lists, its dict values and its plain attributes, down to two levels."""
-    if len(out) >= 32:
-        return
-    if _rp_nudges(v):
-        out.append((path, v))
-    # Not inside an enum member or a module's own objects: a deep copy shares them, so a nudge there would
-    # change the live program (`HTTPStatus.OK._name_`) for every later call.
-    if depth >= 2 or isinstance(v, (str, bytes, type, enum.Enum)) or callable(v) or id(v) in _rp_shared():
-        return
-    if isinstance(v, list):
-        for i, x in enumerate(v[:3]):
-            _rp_leaves(x, path + [("i", i)], depth + 1, out)
-    elif isinstance(v, dict):
-        for k in list(v)[:5]:
-            _rp_leaves(v[k], path + [("k", k)], depth + 1, out)
-    elif type(v).__module__ != "builtins":
-        for name in _rp_attrs(v)[:12]:
-            try:
-                _rp_leaves(getattr(v, name), path + [("a", name)], depth + 1, out)
-            except Exception:  # noqa: BLE001 - an unset slot
-                continue
-
-
-def _rp_attrs(v):
-    """The names of an object's own data: its `__dict__` keys and its classes' `__slots__`."""
-    names = list(getattr(v, "__dict__", None) or {})
-    for klass in type(v).__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        names += [slots] if isinstance(slots, str) else list(slots)
-    return sorted(n for n in set(names) if not n.startswith("__"))
-
-
-def _rp_set(args, path, new):
-    """`args` ([pos, kw], a copy) with the value at `path` replaced by `new`."""
-    pos, kw = args
-    obj = pos if path[0][0] == "p" else kw
-    steps = [("i", path[0][1])] + list(path[1:])  # the first step indexes pos or kw
-    for kind, step in steps[:-1]:
-        obj = getattr(obj, step) if kind == "a" else obj[step]
-    kind, step = steps[-1]
-    if kind == "a":
-        setattr(obj, step, new)
-    else:
-        obj[step] = new
-    return [pos, kw]
-
-
-_LABEL = {"p": "a%s", "w": "%s", "a": ".%s", "i": "[%r]", "k": "[%r]"}
-
-
-def _rp_label(path, label):
-    return "%s:%s" % ("".join(_LABEL[kind] % (step,) for kind, step in path), label)
-
-
-def _rp_nudged(saved, fn):
-    """(label, [pos, kw]) for each nudge of a value in the arguments: the arguments themselves first, then
-    values inside them, then values inside `self`/`cls`."""
-    pos, kw = saved
-    code = getattr(fn, "__code__", None)
-    first = code.co_varnames[0] if code is not None and code.co_argcount else ""
-    leaves, own = [], []
-    for i, v in enumerate(pos):
-        _rp_leaves(v, [("p", i)], 1 if i == 0 and first in ("self", "cls") else 0,
-                   own if i == 0 and first in ("self", "cls") else leaves)
-    for name in sorted(kw):
-        _rp_leaves(kw[name], [("w", name)], 0, leaves)
-    leaves.sort(key=lambda pv: len(pv[0]))
-    out = []
-    if code is not None and code.co_flags & 0x04 and len(pos) > code.co_argcount:
-        try:  # one more of what `*args` took: the second of a kind the tests pass one of
-            out.append(("*args:longer", _rp_copy([list(pos) + [pos[-1]], kw])))
-        except Exception:  # noqa: BLE001
-            pass
-    for path, v, retype in [(p, v, True) for p, v in leaves] + [(p, v, False) for p, v in own]:
-        for label, new in _rp_nudges(v, retype):
-            try:
-                args = _rp_set(_rp_copy([pos, kw]), path, new)
-            except Exception:  # noqa: BLE001 - an immutable holder: not nudged
-                continue
-            out.append((_rp_label(path, label), args))
-            if len(out) >= REPLAY_MAX_NUDGES:
-                return out
-    return out
 
 
 def _rp_tracer(lines):

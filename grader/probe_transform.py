@@ -38,8 +38,8 @@ from grader.probe_literals import (
 )
 
 # The replay line runs in the same namespace as the recorder (it reports through `_emit`, `canon`).
-RUNTIME_SOURCE = (Path(__file__).with_name("probe_runtime.py").read_text() + "\n"
-                  + Path(__file__).with_name("probe_replay_runtime.py").read_text())
+RUNTIME_SOURCE = "\n".join(Path(__file__).with_name(name).read_text()
+                           for name in ("probe_runtime.py", "probe_replay_runtime.py", "probe_replay_nudges.py"))
 RT = "_gagar_probe"
 _OPS = {ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
         ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
