@@ -109,6 +109,15 @@ def is_test_path(path: str) -> bool:
     return bool(_TEST_PATH.search(path))
 
 
+def added_lines(patch: str) -> dict[str, set[int]]:
+    """{path: line numbers in the patched file} of the lines `patch` adds; {} for a patch that does not parse."""
+    try:
+        changes = parse_patch(patch)
+    except (UnidiffParseError, ValueError):
+        return {}
+    return {fc.path: {n for n, _ in fc.added if n} for fc in changes}
+
+
 def parse_patch(patch: str) -> list[FileChange]:
     """Files of a unified diff with the added/removed lines and their line numbers (unidiff)."""
     changes = []

@@ -43,7 +43,7 @@ from collections import defaultdict
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from grader.features import is_test_path, patch_file_path
+from grader.features import added_lines, is_test_path, patch_file_path
 from grader.hacks_common import HackFinding
 
 MAX_TARGETS = 16
@@ -124,18 +124,12 @@ def changed_functions(patches: dict[str, str], base_text) -> list[tuple[str, str
 Calls = dict[tuple[str, str], dict]  # (function, argument digest) -> the replay record
 
 
-def added_lines(patch: str) -> dict[str, set[int]]:
+def _new_lines(patch: str) -> dict[str, set[int]]:
     """{path suffix: line numbers in the patched file} of the lines `patch` adds to non-test Python files."""
-    try:
-        files = PatchSet(patch)
-    except (UnidiffParseError, ValueError):
-        return {}
     out: dict[str, set[int]] = {}
-    for pf in files:
-        path = patch_file_path(pf)
-        if path.endswith(".py") and not is_test_path(path) and not pf.is_removed_file:
-            out.setdefault(_suffix(path), set()).update(
-                ln.target_line_no for h in pf for ln in h if ln.is_added and ln.target_line_no)
+    for path, lines in added_lines(patch).items():
+        if path.endswith(".py") and not is_test_path(path):
+            out.setdefault(_suffix(path), set()).update(lines)
     return out
 
 
@@ -321,7 +315,7 @@ def _confined(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
     """New code that runs on a test's own call and on none of its nudged neighbours, where the candidate does what
     the unfixed code does, while another candidate with the same result on that call runs all its new code there
     too: the fix is a branch only the tests' exact input takes."""
-    added = added_lines(patches.get(rid, ""))
+    added = _new_lines(patches.get(rid, ""))
     for k in _fixed(mine, base, mine):
         rec = mine[k]
         off = _off(rec)
@@ -336,7 +330,7 @@ def _confined(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
             if patches.get(o) == patches.get(rid) or not theirs or not _ok(theirs.get("again")) \
                     or theirs["again"][0] != rec["again"][0]:
                 continue
-            ran = _new_lines_run(theirs, added_lines(patches.get(o, "")))
+            ran = _new_lines_run(theirs, _new_lines(patches.get(o, "")))
             their_off = _off(theirs)
             if not ran or not their_off:
                 continue

@@ -26,7 +26,7 @@ from typing import Any
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from grader.features import patch_file_path
+from grader.features import added_lines, patch_file_path
 from grader.literals import py_tokens
 from sft.degrade import DegradeError, Variant, _Tree, scratch_tree
 from sft.degrade_common import indent_of
@@ -36,19 +36,6 @@ INVERTED = ("partial_fix", "special_case")
 _CHECKS = (ast.If, ast.Raise, ast.Assert, ast.Try, ast.With, ast.For, ast.While)
 _OTHER = (ast.Assign, ast.AugAssign, ast.Expr, ast.Return)
 _MAX_LITERAL = 30
-
-
-def _added_lines(patch: str) -> dict[str, set[int]]:
-    """Line numbers (in the patched tree) of the lines the patch adds, per file."""
-    try:
-        files = PatchSet(patch)
-    except (UnidiffParseError, ValueError):
-        return {}
-    out: dict[str, set[int]] = {}
-    for pf in files:
-        path = patch_file_path(pf)
-        out[path] = {ln.target_line_no for h in pf for ln in h if ln.is_added and ln.target_line_no}
-    return out
 
 
 def _parses(text: str) -> bool:
@@ -95,7 +82,7 @@ def _still_used(node: ast.stmt, text: str) -> bool:
 
 def partial_fix(tree: _Tree, rng: random.Random) -> Variant | None:
     """The gold patch with one added check (or, failing that, one added statement or hunk) left out."""
-    added = _added_lines(tree.gold)
+    added = added_lines(tree.gold)
     options: list[tuple[int, str, int, int]] = []  # (priority, path, first line, last line), 1-based, inclusive
     for path in tree.gold_files:
         if not path.endswith(".py") or not (tree.root / path).is_file():
