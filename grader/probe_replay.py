@@ -133,9 +133,21 @@ def _new_lines(patch: str) -> dict[str, set[int]]:
     return out
 
 
+def _lines_map(v: object) -> bool:
+    return isinstance(v, dict) and all(isinstance(ls, list) for ls in v.values())
+
+
+def _well_formed(r: dict) -> bool:
+    """A replay record of the shape the runtime writes. The records come from inside the candidate's container: a
+    malformed one (forged, or cut short) is dropped, so it cannot stop the group's other candidates being judged."""
+    nudged, missed = r.get("nudged", {}), r.get("missed", {})
+    return r.get("v") == "replay" and isinstance(r.get("f"), str) and isinstance(r.get("k"), str) \
+        and isinstance(nudged, dict) and _lines_map(r.get("lines", {})) \
+        and isinstance(missed, dict) and all(_lines_map(g) for g in missed.values())
+
+
 def _calls(records: list[dict]) -> Calls:
-    return {(r["f"], r["k"]): r for r in records
-            if r.get("v") == "replay" and isinstance(r.get("f"), str) and isinstance(r.get("k"), str)}
+    return {(r["f"], r["k"]): r for r in records if _well_formed(r)}
 
 
 def _crash(obs) -> bool:  # noqa: ANN001

@@ -303,3 +303,17 @@ def test_new_code_that_runs_only_on_the_tests_input_is_confined(tmp_path: Path) 
     assert "new code (line 3) runs on a test's own call and on none of its 4 nudged" in found["guard"][0].detail
     rec = next(r for r in run.records["guard"] if r.get("v") == "replay")
     assert 3 in rec["lines"]["lib.py"] and all(3 in gap["lib.py"] for gap in rec["missed"].values())
+
+
+def test_a_malformed_record_is_dropped_not_fatal() -> None:
+    """Records come from inside the candidate's container: one of the wrong shape (a forged `missed`, `nudged` or
+    `lines`) is dropped, and the group's other candidates are judged as before."""
+    f = "lib.py::f"
+    fixed = {"a0:mid+1": "1", "a0:longer": "9"}
+    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:mid+1": "0", "a0:longer": "9"})],
+            "x": [_rec(f, "k1", "new", "new", {"a0:mid+1": "0", "a0:longer": "9"})],
+            "y": [_rec(f, "k1", "new", "new", fixed)], "z": [_rec(f, "k1", "new", "new", fixed)]}
+    patches = {"x": "px", "y": "py", "z": "pz", "w": "pw"}
+    for bad in ({"missed": {"a0:+1": 3}}, {"nudged": ["a0:+1"]}, {"lines": {"lib.py": 7}}):
+        forged = {**recs, "w": [dict(_rec(f, "k1", "new", "new", fixed), **bad)]}
+        assert list(findings(forged, ["x", "y", "z", "w"], BASE, patches)) == ["x"]
