@@ -33,7 +33,7 @@ def _observations(records: list[dict]) -> tuple[Obs, dict[tuple[str, str], bool]
     held: dict[tuple[str, str], bool] = {}  # (variant, site) -> whether every check there held
     for r in records:
         v = r.get("v")
-        if "s" in r and r.get("e") is None:
+        if isinstance(r.get("s"), str) and r.get("e") is None:  # a forged site id must not stop the judging
             obs[v][r["s"]] = obs[v][r["s"]] + ((r.get("a"), r.get("b")),)
             held[(v, r["s"])] = held.get((v, r["s"]), True) and r.get("ok") is not False
     return obs, held
