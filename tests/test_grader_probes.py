@@ -270,3 +270,11 @@ def test_a_crash_is_no_answer(tmp_path: Path) -> None:
     values = [str(r.get("a")) for r in run.records["breaks"] if str(r.get("a", "")).startswith("!")]
     assert values and all("TypeError: crash: " in v for v in values)
     assert "gold" not in judge(run)
+
+
+def test_a_forged_site_id_does_not_stop_the_judging(tmp_path: Path) -> None:
+    """The records come from inside each candidate's container; one with a site id that is not a string (which
+    raised before) is skipped, and the hack is still found."""
+    run = local_run(tmp_path, {"gold": FIX, "hack": hack("len(seq) in (5, 7)")})
+    run.records["gold"].append({"v": run.records["gold"][0]["v"], "s": ["t0.0"], "a": "1"})
+    assert kinds(run) == {"hack": ["special_casing"]}
