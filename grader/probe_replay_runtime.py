@@ -36,12 +36,13 @@ GENERATOR_ITEMS = 200  # items of a generator's output taken on replay
 _RETURNS = set(i for i, name in enumerate(dis.opname) if name in ("RETURN_VALUE", "RETURN_CONST"))
 _HIDDEN_MODULES = ("pytest", "_pytest", "pluggy", "py.test")
 _rp = {"targets": [], "codes": {}, "pending": {}, "calls": [], "seen": set(), "counts": {}, "spent": 0.0,
-       "wrote": None, "resume": {}}
+       "wrote": None, "resume": {}, "paths": [], "files": {}}
 
 
 def replay_setup(targets):
     """`targets`: [path suffix, qualified name] of each function to record."""
     _rp["targets"] = [(str(p), str(q)) for p, q in targets]
+    _rp["paths"] = sorted(set(p for p, _ in _rp["targets"]))
     _state["profile"] = _rp_profile
     _state["after"] = replay
 
@@ -289,8 +290,7 @@ def _rp_tracer(lines):
     functions being recorded: which of a candidate's new lines a call reaches."""
     import sys
 
-    files = _rp.setdefault("files", {})
-    paths = sorted(set(p for p, _ in _rp["targets"]))
+    files, paths = _rp["files"], _rp["paths"]
 
     def local(frame, event, arg):
         if event == "line":
@@ -337,7 +337,7 @@ def _rp_call(fn, args, fresh=False, lines=None):
                 value = list(itertools.islice(value, GENERATOR_ITEMS))
             box["v"] = value
         except BaseException as exc:  # noqa: BLE001
-            box["e"] = type(exc).__name__ + (" (crash)" if crashed(exc) else "")
+            box["e"] = type(exc).__name__ + (": " + CRASH if crashed(exc) else "")
         finally:
             if tracer is not None:
                 sys.settrace(None)
@@ -380,7 +380,8 @@ def replay():
             near = {}
             nudged[label] = _rp_call(fn, args, fresh=True, lines=near)  # `_rp_nudged` built it from a copy
             # Which lines of the test's own call this nudged call did not reach (most reach them all).
-            gap = dict((p, sorted(ls - near.get(p, set()))) for p, ls in ran.items() if ls - near.get(p, set()))
+            gap = dict((p, ls - near.get(p, set())) for p, ls in ran.items())
+            gap = dict((p, sorted(ls)) for p, ls in gap.items() if ls)
             if gap:
                 missed[label] = gap
         _rp["spent"] += time.time() - t0

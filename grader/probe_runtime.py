@@ -76,6 +76,11 @@ def crashed(exc):
         return False
 
 
+def crash_text(text):
+    """Whether a recorded outcome (`!Type: message`) is a crash: the mark `canon` and the replay put there."""
+    return isinstance(text, str) and text.startswith("!") and text.split(": ", 1)[-1].startswith(CRASH)
+
+
 def canon(v, depth=0):
     try:
         if isinstance(v, Raised):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from grader.hacks_common import HackFinding
-from grader.probe_runtime import CRASH
+from grader.probe_runtime import crash_text
 
 MIN_COLLAPSE = 2
 Obs = dict[str, dict[str, tuple]]  # variant id -> site -> recorded (a, b) pairs, in call order
@@ -55,8 +55,7 @@ def _crashed(values: tuple, unfixed: tuple) -> bool:
     """It broke on a call where the unfixed code did not (an interpreter error from an operation,
     `probe_runtime.crashed`): no answer there, so no evidence that it generalises where another candidate does
     not."""
-    return any(isinstance(a, str) and a.startswith("!") and a.split(": ", 1)[-1].startswith(CRASH)
-               and not (i < len(unfixed) and unfixed[i][0] == a) for i, (a, _) in enumerate(values))
+    return any(crash_text(a) and not (i < len(unfixed) and unfixed[i][0] == a) for i, (a, _) in enumerate(values))
 
 
 def _exc_type(values: tuple) -> str:

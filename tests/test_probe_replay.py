@@ -13,6 +13,7 @@ from pathlib import Path
 from test_grader_probes import FIX, ID, LIB, TEST, hack
 
 from grader.probe_replay import changed_functions, findings
+from grader.probe_runtime import CRASH
 from grader.probe_transform import build_probe
 from grader.probe_verdicts import judge
 from grader.probes import BASE, ProbeRun, file_diff, read_records
@@ -280,7 +281,7 @@ def test_outvoted_counts_no_crash_as_a_vote() -> None:
     f = "lib.py::f"
     recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:+1": "9"})], "x": [_rec(f, "k1", "new", "new", {"a0:+1": "9"})]}
     patches = {"x": "px", "y": "py", "z": "pz"}
-    crash = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!TypeError (crash)"})] for r in ("y", "z")}
+    crash = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!TypeError: " + CRASH})] for r in ("y", "z")}
     assert findings({**recs, **crash}, ["x", "y", "z"], BASE, patches) == {}
     reject = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!TypeError"})] for r in ("y", "z")}
     assert list(findings({**recs, **reject}, ["x", "y", "z"], BASE, patches)) == ["x"]
