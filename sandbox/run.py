@@ -314,7 +314,7 @@ def evaluate_predictions(
                       fail_to_pass=require_fail_to_pass)
     known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
                                                  start.writer, start.done)
-    if writer is not None:  # a resumed run: what a dead earlier process of this run left is removed first
+    if writer is not None:  # a run with a report dir may resume one: what a dead earlier process of it left goes
         ctr.remove_stale(config.run_id)
         for stale in stale_workspaces(run_id=config.run_id):
             remove_tree(stale)
