@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -117,5 +118,17 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The process entry point (console script and `python -m gagar.cli`)."""
+    rc = main()
+    if rc == 130:
+        # The interrupted command has already cleaned up. A second Ctrl-C or SIGTERM arriving now would land in
+        # interpreter shutdown, where Python has put the default actions back, and kill the process by signal
+        # instead of letting it exit 130: ignore both for the last milliseconds of the process.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

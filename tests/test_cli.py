@@ -62,3 +62,21 @@ def test_a_command_sees_its_arguments_unchanged(monkeypatch) -> None:
     monkeypatch.setattr(sandbox.cli, "eval_main", lambda argv: seen.append(argv) or 0)
     args = ["--instances", "a b", "--", "-x", "--run-id=r", "pos"]
     assert cli.main(["eval", *args]) == 0 and seen == [args]
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_command_exits_130_when_signalled_again_during_shutdown(signame: str) -> None:
+    """An impatient second Ctrl-C (or SIGTERM) that lands after the command's cleanup, while the interpreter shuts
+    down, must not turn the exit status 130 into a death by signal: Python has put the default actions back by then.
+    The signal is sent from an object finalised in that shutdown, so the test hits the window every time."""
+    code = (
+        "import os, signal, sys\nimport gagar.cli as cli\n"
+        "class Late:\n"
+        f"    def __del__(self, kill=os.kill, pid=os.getpid(), sig=signal.{signame}):\n"
+        "        kill(pid, sig)\n"
+        "late = Late()\n"
+        "cli.main = lambda argv=None: 130  # the interrupted command, its cleanup done\n"
+        "cli.run()\n"
+    )
+    out = _gagar(code=code)
+    assert out.returncode == 130, (out.returncode, out.stderr)
