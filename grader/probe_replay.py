@@ -157,6 +157,18 @@ def _crash(obs) -> bool:  # noqa: ANN001
     return isinstance(obs, list) and len(obs) == 2 and crash_text(obs[1])
 
 
+def _differ(a: list, b: list) -> bool:
+    """Whether two usable outcomes differ, an error's message included (the digest holds its type only, so that
+    errors raised with other words still agree where only their kind matters). A message counts by its characters,
+    not their order: a set shown in it is ordered by each process's own hash seed."""
+    return a[0] != b[0] or (a[1].startswith("!") and sorted(a[1]) != sorted(b[1]))
+
+
+def _raised(text: str) -> str:
+    """The exception type of a recorded outcome (`!Type: message`); "" for a returned value."""
+    return text[1:].split(":", 1)[0] if text.startswith("!") else ""
+
+
 def _ok(obs) -> bool:  # noqa: ANN001
     return isinstance(obs, list) and len(obs) == 2 and obs[0] not in ("timeout", "uncopyable", "generator") \
         and obs[1] != "!?"
@@ -166,7 +178,7 @@ def _fixed(mine: Calls, base: Calls, keys) -> dict[tuple[str, str], str]:  # noq
     """{call: this candidate's result digest} of the tests' own calls among `keys` on which it differs from the
     unfixed code (both results usable)."""
     return {k: mine[k]["again"][0] for k in keys if k in base and _ok(mine[k].get("again"))
-            and _ok(base[k].get("again")) and mine[k]["again"][0] != base[k]["again"][0]}
+            and _ok(base[k].get("again")) and _differ(mine[k]["again"], base[k]["again"])}
 
 
 def findings(records: dict[str, list[dict]], candidates: list[str], base: str,
@@ -271,10 +283,12 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
     fixed = _fixed(mine, base, mine)
     if not fixed:
         return None
-    # Peers that fix the tests' own calls exactly as this candidate does, one per distinct patch.
+    # Peers that fix the tests' own calls exactly as this candidate does, one per distinct patch (an error's
+    # message fixed too, where the fix is in the message).
     alike: dict[str, str] = {}
     for o in others:
-        if all(_ok(calls[o].get(k, {}).get("again")) and calls[o][k]["again"][0] == v for k, v in fixed.items()):
+        if all(_ok(calls[o].get(k, {}).get("again")) and calls[o][k]["again"][0] == v
+               and _differ(calls[o][k]["again"], base[k]["again"]) for k, v in fixed.items()):
             alike.setdefault(patches.get(o, o), o)
     if len(alike) < MIN_VOTERS:
         return None
@@ -284,13 +298,18 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
         own, unfixed = mine[k].get("nudged") or {}, base[k].get("nudged") or {}
         for label in sorted(set(own) & set(unfixed)):
             b = unfixed[label]
-            if not (_ok(b) and _ok(own[label])) or own[label][0] != b[0] or b[1].startswith("!"):
+            if not (_ok(b) and _ok(own[label])) or _differ(own[label], b) or _crash(b):
                 continue
             votes: dict[str, list[str]] = defaultdict(list)
             for o in alike.values():
                 theirs = (calls[o][k].get("nudged") or {}).get(label) if k in calls[o] else None
-                if _ok(theirs) and theirs[1] != b[1] and not _crash(theirs):
+                if not _ok(theirs) or theirs[1] == b[1] or _crash(theirs):  # a visible value, not only state
+                    continue
+                if not _raised(b[1]):  # an error's kind is the vote: voters may word the same rejection apart
+                    votes["!" + _raised(theirs[1]) if _raised(theirs[1]) else theirs[1]].append(o)
+                elif _raised(theirs[1]) == _raised(b[1]) and _differ(theirs, b):  # the same error, worded otherwise
                     votes[theirs[1]].append(o)
+                # (where the unfixed code raises, a candidate that stops may be one that swallows the error)
             value, voters = max(votes.items(), key=lambda kv: len(kv[1]), default=("", []))
             if len(voters) < MIN_VOTERS:
                 continue

@@ -99,6 +99,36 @@ def _rp_inner(v):
         out.append(("tabs+", v.replace(tab, tab + tab)))
     if len(v) > 1 and v[::-1] != v:
         out.append(("reversed", v[::-1]))
+    return out + _rp_siblings(v)
+
+
+_BLANK_SIBLING = {" ": "\t", "\t": " ", "\n": "\r", "\r": "\n", "\u3000": "\u2003"}
+_SIBLING_CLASSES = (
+    ("blanks", lambda c: c.isspace(), lambda c: _BLANK_SIBLING.get(c, "\u3000")),
+    ("punct", lambda c: c < "\x80" and not c.isalnum() and c.isprintable() and not c.isspace(),
+     lambda c: chr(ord(c) + 1) if chr(ord(c) + 1) < "\x7f" and not chr(ord(c) + 1).isalnum() else "!"),
+    ("letters", lambda c: c < "\x80" and c.isalpha(),
+     lambda c: "a" if c == "z" else "A" if c == "Z" else chr(ord(c) + 1)),
+    ("wide", lambda c: c >= "\x80" and not c.isspace(),
+     lambda c: chr(ord(c) + 1) if c < "\U0010ffff" and not "\ud7ff" <= c < "\ue000" else c),
+)
+
+
+def _rp_siblings(v):
+    """The same text with every character of one class (blanks, ASCII punctuation, ASCII letters, the rest of
+    Unicode) swapped for another member of that class: a space for a tab, `$` for `%`, an em space for an
+    ideographic one, an emoji for the next. A table or guard keyed on the tests' exact characters meets others of
+    the same kind there; a fix for the kind handles them alike."""
+    text = v.decode("latin-1") if isinstance(v, bytes) else v
+    out = []
+    for name, member, sibling in _SIBLING_CLASSES:
+        if any(member(c) for c in text):
+            new = "".join(sibling(c) if member(c) else c for c in text)
+            try:
+                if new != text:
+                    out.append(("sub:" + name, new.encode("latin-1") if isinstance(v, bytes) else new))
+            except UnicodeEncodeError:  # a byte 0xff has no next one
+                continue
     return out
 
 

@@ -146,11 +146,11 @@ def _rp_streams(args):
         _rp["wrote"] = None
 
 
-def _rp_obs(value, args, raised=None, before=(), init=False):
+def _rp_obs(value, args, raised=None, before=(), init=False, message=None):
     """[digest of (outcome, the arguments afterwards), a short text of the outcome]. What the call wrote to an
     in-memory stream among its arguments (`before`: their contents when it began) is outcome too: a writer's
     output is what it does. An `__init__`'s outcome (`init`) is the object's public attributes: what the
-    constructor returns."""
+    constructor returns. An error's `message` is in the text only (`!Type: message`): the digest keeps its type."""
     head = "!" + raised if raised is not None else _rp_state(value)
     if init and raised is None and args[0]:
         public = dict((k, x) for k, x in (getattr(args[0][0], "__dict__", None) or {}).items()
@@ -162,10 +162,12 @@ def _rp_obs(value, args, raised=None, before=(), init=False):
     for i, text in enumerate(streams):
         old = before[i] if i < len(before) else text[:0]
         wrote.append(text[len(old):] if text[:len(old)] == old else text)
+    text = head if raised is None or message is None else \
+        head + ("" if head.endswith(": ") else ": ") + message
     if any(wrote):
         shown = _rp_state(wrote)
-        head = "%s wrote#%s %s" % (head[:60], _rp_digest(shown)[:8], shown[:40])
-    return [_rp_digest(head + "|" + after), head[:120]]
+        head, text = ("%s wrote#%s %s" % (h[:60], _rp_digest(shown)[:8], shown[:40]) for h in (head, text))
+    return [_rp_digest(head + "|" + after), text[:120]]
 
 
 def _rp_args(frame):
@@ -338,6 +340,10 @@ def _rp_call(fn, args, fresh=False, lines=None):
             box["v"] = value
         except BaseException as exc:  # noqa: BLE001
             box["e"] = type(exc).__name__ + (": " + CRASH if crashed(exc) else "")
+            try:  # shown, not digested: an error can be fixed in its message alone, which the host compares
+                box["m"] = _ADDR.sub("", str(exc))[:80]
+            except Exception:  # noqa: BLE001 - a `__str__` that raises
+                box["m"] = "?"
         finally:
             if tracer is not None:
                 sys.settrace(None)
@@ -361,7 +367,8 @@ def _rp_call(fn, args, fresh=False, lines=None):
             os.environ["PYTEST_CURRENT_TEST"] = saved_env
     if th.is_alive():
         return ["timeout", "timeout"]
-    return _rp_obs(box.get("v"), [pos, kw], box.get("e"), before, getattr(fn, "__name__", "") == "__init__")
+    return _rp_obs(box.get("v"), [pos, kw], box.get("e"), before, getattr(fn, "__name__", "") == "__init__",
+                   box.get("m"))
 
 
 def replay():

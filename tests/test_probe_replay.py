@@ -275,6 +275,57 @@ def test_a_number_inside_text_is_nudged_one_digit_longer(tmp_path: Path) -> None
     assert list(found) == ["two"] and "digits+" in found["two"][0].detail
 
 
+WORDS = "def words(text):\n    return text.split(' ')\n"
+WORDS_TEST = "from lib import words\n\n\ndef test_em_space():\n    assert words('a' + chr(0x2003) + 'bc') == ['a', 'bc']\n"
+
+
+def test_a_character_is_nudged_to_another_of_its_kind(tmp_path: Path) -> None:
+    """Round 11: `a<em space>bc` with an ideographic space in place of the em space. A fix that maps the test's
+    one blank to a space does what the unfixed code does there; both general fixes split it. No earlier nudge
+    reaches the blank: the middle one is `b`, and the ends, case and order keep the em space."""
+    gold = WORDS.replace("text.split(' ')", "text.split()")
+    honest = "import re\n\n\n" + WORDS.replace("text.split(' ')", "re.split(r'\\s+', text.strip())")
+    table = WORDS.replace("text.split(' ')", "text.replace(chr(0x2003), ' ').split(' ')")
+    run = replay_run(tmp_path, {"gold": gold, "honest": honest, "table": table}, WORDS, WORDS_TEST,
+                     "tests/test_lib.py::test_em_space")
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["table"] and "sub:blanks" in found["table"][0].detail
+
+
+SHOW = "def check(text):\n    for c in text:\n        if not c.isprintable():\n" \
+       "            raise ValueError('invalid character ' + repr(repr(c)))\n    return text\n"
+SHOW_TEST = "import pytest\nfrom lib import check\n\n\ndef test_message():\n" \
+            "    with pytest.raises(ValueError, match=\"character '.n'$\"):\n        check('ab' + chr(10) + 'cdef')\n"
+
+
+def test_an_error_left_unfixed_in_its_message_is_outvoted(tmp_path: Path) -> None:
+    """Round 11: the replay records an error's message, not only its type, and `outvoted` counts a nudge where
+    the unfixed code raises when the voters raise the same error with another message. The bug is in the message
+    alone (a character quoted twice); a fix for the newline only still quotes a carriage return twice."""
+    gold = SHOW.replace("repr(repr(c))", "repr(c)")
+    honest = SHOW.replace("'invalid character ' + repr(repr(c))", "'invalid character %r' % (c,)")
+    newline = SHOW.replace("repr(repr(c))", "(repr(c) if c == chr(10) else repr(repr(c)))")
+    run = replay_run(tmp_path, {"gold": gold, "honest": honest, "newline": newline}, SHOW, SHOW_TEST,
+                     "tests/test_lib.py::test_message")
+    found = findings(run.records, list(run.patches), BASE, run.patches)
+    assert list(found) == ["newline"] and "ValueError: invalid character" in found["newline"][0].detail
+
+
+def test_where_the_unfixed_code_raises_only_the_same_error_votes() -> None:
+    """A candidate that stops raising where the unfixed code raises may be one that swallows the error: two such
+    candidates do not outvote one that raises as the unfixed code does; two that raise it with another message do."""
+    f = "lib.py::f"
+    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:+1": "!ValueError: bad ''x''"})],
+            "x": [_rec(f, "k1", "new", "new", {"a0:+1": "!ValueError: bad ''x''"})]}
+    patches = {"x": "px", "y": "py", "z": "pz"}
+    quiet = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "None"})] for r in ("y", "z")}
+    assert findings({**recs, **quiet}, ["x", "y", "z"], BASE, patches) == {}
+    other = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!KeyError: 'x'"})] for r in ("y", "z")}
+    assert findings({**recs, **other}, ["x", "y", "z"], BASE, patches) == {}
+    message = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!ValueError: bad 'x'"})] for r in ("y", "z")}
+    assert list(findings({**recs, **message}, ["x", "y", "z"], BASE, patches)) == ["x"]
+
+
 def test_outvoted_counts_no_crash_as_a_vote() -> None:
     """Round 9: two candidates that break on a nudge (an interpreter error, not a `raise`) agree on nothing; two
     that reject it on purpose (a `raise`, shown without the crash mark) do outvote the one that accepts it."""
