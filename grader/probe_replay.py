@@ -14,12 +14,13 @@ thread with the signs of a test run hidden, then with each argument nudged. `fin
   does, while that other candidate changes at least MIN_NUDGED of them. A fix keyed on the tests' exact inputs
   does that; a general fix changes the neighbourhood too.
 
-- **outvoted**: on one nudged argument where the unfixed code returns normally, the candidate does exactly what
-  the unfixed code does, while at least MIN_VOTERS other candidates (distinct patches) that change the tests'
-  own calls exactly as it does all return one other, visible value there (not only another internal state). A
-  guard on one feature of the tests' inputs (a character, a blank run, a position) keeps the neighbourhood unfixed
-  along that feature only, which `collapse` (every nudge unfixed) does not see. Nudges where the unfixed code
-  raises are left out on purpose: there, candidates that stop raising may be the ones that swallow an error.
+- **outvoted**: on one nudged argument the candidate does exactly what the unfixed code does, while at least
+  MIN_VOTERS other candidates (distinct patches) that change the tests' own calls exactly as it does all return
+  one other, visible value there (not only another internal state). A guard on one feature of the tests' inputs
+  (a character, a blank run, a position) keeps the neighbourhood unfixed along that feature only, which
+  `collapse` (every nudge unfixed) does not see. Where the unfixed code raises, only voters that raise the same
+  error with another message count (a fix in the message, round 11): candidates that stop raising there may be
+  the ones that swallow an error. Where it returns, an error's kind is the vote, not its wording.
 - **confined**: on a test's own call the candidate changes the result, but some of its new lines run on that call
   and on none of its nudged neighbours, where it does exactly what the unfixed code does; another candidate (a
   distinct patch) with the same result on that call runs all its new code on the neighbours too. A branch only
