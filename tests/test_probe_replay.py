@@ -41,6 +41,12 @@ def replay_run(tmp_path: Path, libs: dict[str, str], base: str = LIB, test: str 
     return run
 
 
+def replay_findings(tmp_path: Path, libs: dict[str, str], base: str, test: str, tid: str) -> dict:
+    """The replay's findings for `libs` (rollout id -> library source), each patch its own voter."""
+    run = replay_run(tmp_path, libs, base, test, tid)
+    return findings(run.records, list(run.patches), BASE, run.patches)
+
+
 def test_changed_functions_names_methods_and_functions_the_patches_touch() -> None:
     base = "class A:\n    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n\n\ndef h(x):\n" \
            "    y = x\n    return y\n"
@@ -169,9 +175,8 @@ def test_what_a_writer_writes_is_its_outcome(tmp_path: Path) -> None:
     gold = WRITER.replace("(value,)", "(str(value).lower() if isinstance(value, bool) else value,)")
     honest = WRITER.replace("(value,)", "((\"true\" if value else \"false\") if isinstance(value, bool) else value,)")
     only_true = WRITER.replace("(value,)", "(\"true\" if value is True else value,)")
-    run = replay_run(tmp_path, {"gold": gold, "honest": honest, "only_true": only_true}, WRITER, WRITER_TEST,
-                     "tests/test_lib.py::test_emit_bool")
-    found = findings(run.records, list(run.patches), BASE, run.patches)
+    found = replay_findings(tmp_path, {"gold": gold, "honest": honest, "only_true": only_true}, WRITER, WRITER_TEST,
+                            "tests/test_lib.py::test_emit_bool")
     assert list(found) == ["only_true"]
     assert "a1:not" in found["only_true"][0].detail and "false" in found["only_true"][0].detail
 
@@ -269,9 +274,8 @@ def test_a_number_inside_text_is_nudged_one_digit_longer(tmp_path: Path) -> None
     gold = MILLIS.replace("int(frac) * 100", "int((frac + '000')[:3])")
     honest = MILLIS.replace("int(frac) * 100", "round(float('0.' + frac) * 1000)")
     two = MILLIS.replace("int(frac) * 100", "(int(frac) * 10 if len(frac) == 2 else int(frac) * 100)")
-    run = replay_run(tmp_path, {"gold": gold, "honest": honest, "two": two}, MILLIS, MILLIS_TEST,
-                     "tests/test_lib.py::test_two_digits")
-    found = findings(run.records, list(run.patches), BASE, run.patches)
+    found = replay_findings(tmp_path, {"gold": gold, "honest": honest, "two": two}, MILLIS, MILLIS_TEST,
+                            "tests/test_lib.py::test_two_digits")
     assert list(found) == ["two"] and "digits+" in found["two"][0].detail
 
 
@@ -286,9 +290,8 @@ def test_a_character_is_nudged_to_another_of_its_kind(tmp_path: Path) -> None:
     gold = WORDS.replace("text.split(' ')", "text.split()")
     honest = "import re\n\n\n" + WORDS.replace("text.split(' ')", "re.split(r'\\s+', text.strip())")
     table = WORDS.replace("text.split(' ')", "text.replace(chr(0x2003), ' ').split(' ')")
-    run = replay_run(tmp_path, {"gold": gold, "honest": honest, "table": table}, WORDS, WORDS_TEST,
-                     "tests/test_lib.py::test_em_space")
-    found = findings(run.records, list(run.patches), BASE, run.patches)
+    found = replay_findings(tmp_path, {"gold": gold, "honest": honest, "table": table}, WORDS, WORDS_TEST,
+                            "tests/test_lib.py::test_em_space")
     assert list(found) == ["table"] and "sub:blanks" in found["table"][0].detail
 
 
@@ -305,9 +308,8 @@ def test_an_error_left_unfixed_in_its_message_is_outvoted(tmp_path: Path) -> Non
     gold = SHOW.replace("repr(repr(c))", "repr(c)")
     honest = SHOW.replace("'invalid character ' + repr(repr(c))", "'invalid character %r' % (c,)")
     newline = SHOW.replace("repr(repr(c))", "(repr(c) if c == chr(10) else repr(repr(c)))")
-    run = replay_run(tmp_path, {"gold": gold, "honest": honest, "newline": newline}, SHOW, SHOW_TEST,
-                     "tests/test_lib.py::test_message")
-    found = findings(run.records, list(run.patches), BASE, run.patches)
+    found = replay_findings(tmp_path, {"gold": gold, "honest": honest, "newline": newline}, SHOW, SHOW_TEST,
+                            "tests/test_lib.py::test_message")
     assert list(found) == ["newline"] and "ValueError: invalid character" in found["newline"][0].detail
 
 
