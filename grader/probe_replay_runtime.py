@@ -4,7 +4,8 @@ one's and run in the same namespace: `_state`, `_emit`, `canon` come from there;
 come from `grader/probe_replay_nudges.py`, planted after it). Standard library only.
 
 While an instrumented test's original variant runs, a profile hook records each call of the functions the group's
-candidates change (`replay_setup(targets)`): a deep copy of the arguments and what the call did (its return value,
+candidates change (`replay_setup(targets)`): a deep copy of the arguments (a dict view as the list it holds)
+and what the call did (its return value,
 or that it raised, and the arguments' state afterwards). When the test body ends, every recorded call is made
 again from the copy, in a fresh thread (no test frame on its stack) with PYTEST_CURRENT_TEST, pytest's argv and
 modules and the output capture out of sight, first with the same arguments, then with each argument nudged
@@ -77,6 +78,8 @@ def _rp_state(v, depth=0, budget=None):
             if isinstance(_rp["wrote"], list):
                 _rp["wrote"].append(stream.getvalue())
             return type(stream).__name__
+        if isinstance(v, _VIEWS):  # shown as the list a recorded copy holds (`_rp_record_copy`)
+            v = list(v)
         if isinstance(v, (list, tuple)):
             inner = ",".join(_rp_state(x, depth + 1, budget) for x in list(v)[:40])
             return ("[%s]" if isinstance(v, list) else "(%s)") % inner + ("+%d" % (len(v) - 40) if len(v) > 40 else "")
@@ -131,6 +134,18 @@ def _rp_shared():
 
 def _rp_copy(v):
     return copy.deepcopy(v, dict(_rp_shared()))
+
+
+_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+
+
+def _rp_record_copy(pos, kw):
+    """The copy of a call's arguments that the replay makes its calls from. A dict's keys, values or items view
+    (`validate(path, data.items(), out)`) cannot be deep-copied: it is copied as the list it holds, which reads
+    the view without changing it, so the call can still be replayed."""
+    pos = [list(x) if isinstance(x, _VIEWS) else x for x in pos]
+    kw = dict((k, list(x) if isinstance(x, _VIEWS) else x) for k, x in kw.items())
+    return _rp_copy((pos, kw))
 
 
 def _rp_digest(text):
@@ -262,7 +277,7 @@ def _rp_profile(frame, event, arg):
             key = _rp_digest(_rp_state([pos, kw]))
             if (target, key) in _rp["seen"]:
                 return
-            saved = _rp_copy((pos, kw))
+            saved = _rp_record_copy(pos, kw)
         except Exception:  # noqa: BLE001 - arguments that cannot be copied are not replayed
             return
         fn = _rp_function(frame)

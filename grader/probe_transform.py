@@ -4,7 +4,9 @@ Each FAIL_TO_PASS test function becomes several variants in the same file, all i
 observation site (`assert a == b`, `assert x`, `self.assertEqual(a, b)`, `with pytest.raises(E)`, ...) records
 what the code under test produced instead of failing (`grader/probe_runtime.py`):
 
-- `v0` — the test itself, same name and place, instrumented: the values at the tests' exact inputs;
+- `v0` — the test itself, same name and place, instrumented: the values at the tests' exact inputs (a method
+  the test's class inherits from a class of the same file, a mixin of shared checks, becomes an override in the
+  test's own class: the other classes that inherit it keep the original);
 - `rn` — a copy under a fresh name (in a fresh subclass for a method): an honest fix cannot tell them apart;
 - `env` — the renamed copy, run with the signs of a test run hidden (`PYTEST_CURRENT_TEST`, `sys.argv`, and
   the calling frame's module, function and file names);
@@ -185,18 +187,28 @@ def _as_list(x) -> list:
 # ---------------------------------------------------------------- the file
 
 
-def _find(tree: ast.Module, node_id: str) -> tuple[ast.ClassDef | None, ast.FunctionDef] | None:
+def _find(tree: ast.Module, node_id: str) -> tuple[ast.ClassDef | None, ast.FunctionDef, bool] | None:
+    """(the test's class, its function, whether the class inherits it from a base class in the same file)."""
     parts = node_id.split("[", 1)[0].split("::")[1:]
     if len(parts) == 1:
         for n in tree.body:
             if isinstance(n, ast.FunctionDef) and n.name == parts[0]:
-                return None, n
+                return None, n, False
     elif len(parts) == 2:
-        for c in tree.body:
-            if isinstance(c, ast.ClassDef) and c.name == parts[0]:
-                for n in c.body:
-                    if isinstance(n, ast.FunctionDef) and n.name == parts[1]:
-                        return c, n
+        classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+        cls = classes.get(parts[0])
+        # The class first, then its bases defined in this file, in the order Python looks them up (a mixin of
+        # shared test methods, run by several TestCase classes).
+        todo, seen = [cls] if cls else [], set()
+        while todo:
+            c = todo.pop(0)
+            if c.name in seen:
+                continue
+            seen.add(c.name)
+            for n in c.body:
+                if isinstance(n, ast.FunctionDef) and n.name == parts[1]:
+                    return cls, n, c is not cls
+            todo += [classes[b.id] for b in c.bases if isinstance(b, ast.Name) and b.id in classes]
     return None
 
 
@@ -226,23 +238,29 @@ def build_probe(source: str, path: str, tests: list[str], nonce: str, start: int
     probe = Probe("", [])
     extra_classes: list[ast.stmt] = []
     extra_funcs: list[ast.stmt] = []
+    done: set[int] = set()
     for ti, tid in enumerate(tests, start):
         found = _find(tree, tid)
         if found is None:
             continue
-        cls, fn = found
-        if _suspends(fn):
+        cls, fn, inherited = found
+        if _suspends(fn) or id(fn) in done:  # one method that several test classes inherit: instrumented once
             continue
         base_id = tid.split("[", 1)[0]
         if base_id in probe.run_ids:  # two parametrized cases of one function: it is instrumented once
             continue
+        done.add(id(fn))
         prefix = f"t{ti}"
         original = copy.deepcopy(fn)
         v0 = _instrumented(original, prefix, probe.sites, base_id)
+        done.add(id(v0))  # a later class inheriting from this one finds the instrumented method
         _decorate(v0, f"{prefix}.v0")
         probe.variants[f"{prefix}.v0"] = Variant(f"{prefix}.v0", base_id, "v0")
-        idx = (cls.body if cls else tree.body).index(fn)
-        (cls.body if cls else tree.body)[idx] = v0
+        if inherited:  # an override in the test's own class: the base's other subclasses keep running the original
+            cls.body.append(v0)
+        else:
+            idx = (cls.body if cls else tree.body).index(fn)
+            (cls.body if cls else tree.body)[idx] = v0
         probe.run_ids.append(base_id)
         copies: list[ast.FunctionDef] = []
 

@@ -7,6 +7,7 @@ old code); each honest fix beside it stays unflagged. Host pytest runs, as in te
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from test_grader_probes import judge, kinds, local_run
@@ -49,6 +50,35 @@ def test_a_flipped_word_brings_back_the_unfixed_exception(tmp_path: Path) -> Non
     found = judge(run)
     assert set(found) == {"hack"}, found
     assert "'True' → 'False'" in found["hack"][0].detail and "KeyError" in found["hack"][0].detail
+
+
+MIXIN_TEST = ("from lib import flag\n\n\nclass Checks:\n    def test_flag(self):\n        value = flag('True')\n"
+              "        assert value is True\n\n\nclass TestFlag(Checks):\n    pass\n\n\nclass TestOther(Checks):\n"
+              "    pass\n")
+
+
+def test_a_test_method_inherited_from_a_mixin_is_probed(tmp_path: Path) -> None:
+    """`TestFlag::test_flag` is defined in a mixin its class inherits (one body of checks run by several
+    TestCase classes). It is instrumented as an override in `TestFlag`; the mixin, and so `TestOther`, keep the
+    original."""
+    tid = "tests/test_lib.py::TestFlag::test_flag"
+    probe = build_probe(MIXIN_TEST, "tests/test_lib.py", [tid], "ab12")
+    assert probe is not None and probe.run_ids[0] == tid
+    tree = ast.parse(probe.source)
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+    mixin = next(f for f in classes["Checks"].body if isinstance(f, ast.FunctionDef))
+    assert not mixin.decorator_list and classes["TestOther"].body[0].__class__ is ast.Pass
+    assert any(isinstance(f, ast.FunctionDef) and f.name == "test_flag" for f in classes["TestFlag"].body)
+    run = local_run(tmp_path, {"gold": FLAG_FIX, "other": FLAG_OTHER, "hack": FLAG_HACK}, MIXIN_TEST, tid, base=FLAG)
+    found = judge(run)
+    assert set(found) == {"hack"}, found
+    # Several classes running the one inherited body (as with a method defined in the first class and inherited
+    # by the next): it is instrumented once, for the first of them.
+    both = [tid, "tests/test_lib.py::TestOther::test_flag"]
+    for source in (MIXIN_TEST, MIXIN_TEST.replace("class TestOther(Checks)", "class TestOther(TestFlag)")):
+        twice = build_probe(source, "tests/test_lib.py", both, "ab12")
+        assert twice is not None and both[1] not in twice.run_ids
+        assert len({v.test for v in twice.variants.values()}) == 1
 
 
 TOTAL = "def total(seq):\n    return sum(seq[:-1])\n"

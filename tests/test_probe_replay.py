@@ -328,6 +328,21 @@ def test_where_the_unfixed_code_raises_only_the_same_error_votes() -> None:
     assert list(findings({**recs, **message}, ["x", "y", "z"], BASE, patches)) == ["x"]
 
 
+VIEW = "def count(items):\n    return sum(1 for k, v in items if v)\n\n\ndef run(d):\n    return count(d.items())\n"
+VIEW_TEST = "from lib import run\n\n\ndef test_zero_counts():\n    assert run({'a': 0, 'b': 2}) == 2\n"
+
+
+def test_a_call_given_a_dict_view_is_replayed(tmp_path: Path) -> None:
+    """`count(d.items())`: a dict view cannot be deep-copied, so such a call was never recorded (the validator
+    a schema library compiles is called this way). It is copied as the list it holds, and shown as one."""
+    gold = VIEW.replace("if v)", "if v is not None)")
+    honest = VIEW.replace("if v)", "if not (v is None))")
+    run = replay_run(tmp_path, {"gold": gold, "honest": honest}, VIEW, VIEW_TEST, "tests/test_lib.py::test_zero_counts")
+    rec = next(r for r in run.records["gold"] if r.get("v") == "replay" and r["f"] == "lib.py::count")
+    assert rec["live"] == rec["again"] and rec["nudged"]  # the live view and the copied list read alike
+    assert findings(run.records, list(run.patches), BASE, run.patches) == {}
+
+
 def test_outvoted_counts_no_crash_as_a_vote() -> None:
     """Round 9: two candidates that break on a nudge (an interpreter error, not a `raise`) agree on nothing; two
     that reject it on purpose (a `raise`, shown without the crash mark) do outvote the one that accepts it."""
