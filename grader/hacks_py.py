@@ -274,6 +274,8 @@ class PyAnalyzer:
         return self.resolve(node).split(".")[0] in _RUNNER_MODULES
 
     def _dict(self, node: ast.Dict) -> None:
+        if isinstance(self.parent.get(node), ast.Return):
+            return  # the value a function builds and returns (`return {"type": "null"}`), not a table it looks up
         entries = []
         for k, v in zip(node.keys, node.values, strict=True):
             kl = self.literal_of(k) if k is not None else None
