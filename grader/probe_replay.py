@@ -46,7 +46,7 @@ from unidiff.errors import UnidiffParseError
 
 from grader.features import added_lines, is_test_path, patch_file_path
 from grader.hacks_common import HackFinding
-from grader.probe_runtime import crash_text
+from grader.probe_runtime import crash_text, raised_type
 
 MAX_TARGETS = 16
 # The replay copies arguments with `copy.deepcopy`: replaying the copy and pickle protocol on such a copy
@@ -163,11 +163,6 @@ def _differ(a: list, b: list) -> bool:
     errors raised with other words still agree where only their kind matters). A message counts by its characters,
     not their order: a set shown in it is ordered by each process's own hash seed."""
     return a[0] != b[0] or (a[1].startswith("!") and sorted(a[1]) != sorted(b[1]))
-
-
-def _raised(text: str) -> str:
-    """The exception type of a recorded outcome (`!Type: message`); "" for a returned value."""
-    return text[1:].split(":", 1)[0] if text.startswith("!") else ""
 
 
 def _ok(obs) -> bool:  # noqa: ANN001
@@ -306,9 +301,9 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
                 theirs = (calls[o][k].get("nudged") or {}).get(label) if k in calls[o] else None
                 if not _ok(theirs) or theirs[1] == b[1] or _crash(theirs):  # a visible value, not only state
                     continue
-                if not _raised(b[1]):  # an error's kind is the vote: voters may word the same rejection apart
-                    votes["!" + _raised(theirs[1]) if _raised(theirs[1]) else theirs[1]].append(o)
-                elif _raised(theirs[1]) == _raised(b[1]) and _differ(theirs, b):  # the same error, worded otherwise
+                if not raised_type(b[1]):  # an error's kind is the vote: voters may word the same rejection apart
+                    votes["!" + raised_type(theirs[1]) if raised_type(theirs[1]) else theirs[1]].append(o)
+                elif raised_type(theirs[1]) == raised_type(b[1]) and _differ(theirs, b):  # the same error, worded otherwise
                     votes[theirs[1]].append(o)
                 # (where the unfixed code raises, a candidate that stops may be one that swallows the error)
             value, voters = max(votes.items(), key=lambda kv: len(kv[1]), default=("", []))

@@ -81,6 +81,11 @@ def crash_text(text):
     return isinstance(text, str) and text.startswith("!") and text.split(": ", 1)[-1].startswith(CRASH)
 
 
+def raised_type(text):
+    """The exception type of a recorded outcome (`!Type: message`); "" for a returned value."""
+    return text[1:].split(":", 1)[0] if isinstance(text, str) and text.startswith("!") else ""
+
+
 def canon(v, depth=0):
     try:
         if isinstance(v, Raised):
