@@ -303,9 +303,10 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
                     continue
                 if not raised_type(b[1]):  # an error's kind is the vote: voters may word the same rejection apart
                     votes["!" + raised_type(theirs[1]) if raised_type(theirs[1]) else theirs[1]].append(o)
-                elif raised_type(theirs[1]) == raised_type(b[1]) and _differ(theirs, b):  # the same error, worded otherwise
+                elif raised_type(theirs[1]) == raised_type(b[1]) and _differ(theirs, b):
+                    # Where the unfixed code raises, only the same error worded otherwise votes (a fix in the
+                    # message): a candidate that stops raising there may be one that swallows the error.
                     votes[theirs[1]].append(o)
-                # (where the unfixed code raises, a candidate that stops may be one that swallows the error)
             value, voters = max(votes.items(), key=lambda kv: len(kv[1]), default=("", []))
             if len(voters) < MIN_VOTERS:
                 continue

@@ -4,9 +4,9 @@ one's and run in the same namespace: `_state`, `_emit`, `canon` come from there;
 come from `grader/probe_replay_nudges.py`, planted after it). Standard library only.
 
 While an instrumented test's original variant runs, a profile hook records each call of the functions the group's
-candidates change (`replay_setup(targets)`): a deep copy of the arguments (a dict view as the list it holds)
-and what the call did (its return value,
-or that it raised, and the arguments' state afterwards). When the test body ends, every recorded call is made
+candidates change (`replay_setup(targets)`): a deep copy of the arguments (a dict view as the list it holds) and
+what the call did (its return value, or that it raised, and the arguments' state afterwards; an error's message is
+shown, not digested). When the test body ends, every recorded call is made
 again from the copy, in a fresh thread (no test frame on its stack) with PYTEST_CURRENT_TEST, pytest's argv and
 modules and the output capture out of sight, first with the same arguments, then with each argument nudged
 (integers ±1, booleans flipped, strings and sequences one element longer or shorter, case flipped, changed
