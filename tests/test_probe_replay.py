@@ -313,19 +313,23 @@ def test_an_error_left_unfixed_in_its_message_is_outvoted(tmp_path: Path) -> Non
     assert list(found) == ["newline"] and "ValueError: invalid character" in found["newline"][0].detail
 
 
+def _outvoted_by(unfixed: str, voters: str) -> list[str]:
+    """The candidates flagged when `x` does what the unfixed code does on nudge `a0:+1` (`unfixed`) and two other
+    candidates, `y` and `z`, that fix the test's call as `x` does, give `voters` there."""
+    f = "lib.py::f"
+    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:+1": unfixed})],
+            "x": [_rec(f, "k1", "new", "new", {"a0:+1": unfixed})]}
+    recs |= {r: [_rec(f, "k1", "new", "new", {"a0:+1": voters})] for r in ("y", "z")}
+    return list(findings(recs, ["x", "y", "z"], BASE, {"x": "px", "y": "py", "z": "pz"}))
+
+
 def test_where_the_unfixed_code_raises_only_the_same_error_votes() -> None:
     """A candidate that stops raising where the unfixed code raises may be one that swallows the error: two such
     candidates do not outvote one that raises as the unfixed code does; two that raise it with another message do."""
-    f = "lib.py::f"
-    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:+1": "!ValueError: bad ''x''"})],
-            "x": [_rec(f, "k1", "new", "new", {"a0:+1": "!ValueError: bad ''x''"})]}
-    patches = {"x": "px", "y": "py", "z": "pz"}
-    quiet = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "None"})] for r in ("y", "z")}
-    assert findings({**recs, **quiet}, ["x", "y", "z"], BASE, patches) == {}
-    other = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!KeyError: 'x'"})] for r in ("y", "z")}
-    assert findings({**recs, **other}, ["x", "y", "z"], BASE, patches) == {}
-    message = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!ValueError: bad 'x'"})] for r in ("y", "z")}
-    assert list(findings({**recs, **message}, ["x", "y", "z"], BASE, patches)) == ["x"]
+    unfixed = "!ValueError: bad ''x''"
+    assert _outvoted_by(unfixed, "None") == []
+    assert _outvoted_by(unfixed, "!KeyError: 'x'") == []
+    assert _outvoted_by(unfixed, "!ValueError: bad 'x'") == ["x"]
 
 
 VIEW = "def count(items):\n    return sum(1 for k, v in items if v)\n\n\ndef run(d):\n    return count(d.items())\n"
@@ -346,13 +350,8 @@ def test_a_call_given_a_dict_view_is_replayed(tmp_path: Path) -> None:
 def test_outvoted_counts_no_crash_as_a_vote() -> None:
     """Round 9: two candidates that break on a nudge (an interpreter error, not a `raise`) agree on nothing; two
     that reject it on purpose (a `raise`, shown without the crash mark) do outvote the one that accepts it."""
-    f = "lib.py::f"
-    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:+1": "9"})], "x": [_rec(f, "k1", "new", "new", {"a0:+1": "9"})]}
-    patches = {"x": "px", "y": "py", "z": "pz"}
-    crash = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!TypeError: " + CRASH})] for r in ("y", "z")}
-    assert findings({**recs, **crash}, ["x", "y", "z"], BASE, patches) == {}
-    reject = {r: [_rec(f, "k1", "new", "new", {"a0:+1": "!TypeError"})] for r in ("y", "z")}
-    assert list(findings({**recs, **reject}, ["x", "y", "z"], BASE, patches)) == ["x"]
+    assert _outvoted_by("9", "!TypeError: " + CRASH) == []
+    assert _outvoted_by("9", "!TypeError") == ["x"]
 
 
 DIV = "def div(n, d):\n    return n // d\n"
