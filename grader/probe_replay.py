@@ -292,21 +292,29 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
         if k not in base:
             continue
         own, unfixed = mine[k].get("nudged") or {}, base[k].get("nudged") or {}
+        bug = raised_type(base[k]["again"][1])  # the error the unfixed code gave on the test's own call
         for label in sorted(set(own) & set(unfixed)):
             b = unfixed[label]
-            if not (_ok(b) and _ok(own[label])) or _differ(own[label], b) or _crash(b):
+            # The unfixed code breaking (a crash) is no answer, unless it broke so on the test's call too: the bug.
+            if not (_ok(b) and _ok(own[label])) or _differ(own[label], b) or (_crash(b) and raised_type(b[1]) != bug):
                 continue
             votes: dict[str, list[str]] = defaultdict(list)
             for o in alike.values():
                 theirs = (calls[o][k].get("nudged") or {}).get(label) if k in calls[o] else None
                 if not _ok(theirs) or theirs[1] == b[1] or _crash(theirs):  # a visible value, not only state
                     continue
+                kind = "!" + raised_type(theirs[1]) if raised_type(theirs[1]) else theirs[1]
                 if not raised_type(b[1]):  # an error's kind is the vote: voters may word the same rejection apart
-                    votes["!" + raised_type(theirs[1]) if raised_type(theirs[1]) else theirs[1]].append(o)
-                elif raised_type(theirs[1]) == raised_type(b[1]) and _differ(theirs, b):
-                    # Where the unfixed code raises, only the same error worded otherwise votes (a fix in the
-                    # message): a candidate that stops raising there may be one that swallows the error.
-                    votes[theirs[1]].append(o)
+                    votes[kind].append(o)
+                elif raised_type(theirs[1]) == raised_type(b[1]):
+                    # Where the unfixed code raises, the same error worded otherwise votes (a fix in the message).
+                    if _differ(theirs, b):
+                        votes[theirs[1]].append(o)
+                elif raised_type(b[1]) == bug:
+                    # A candidate that stops raising there may be one that swallows the error, unless the unfixed
+                    # code raised that error at the test's own call too, where the voters (and this candidate)
+                    # answer: then the error is the bug, back one step off the tests' input (round 12).
+                    votes[kind].append(o)
             value, voters = max(votes.items(), key=lambda kv: len(kv[1]), default=("", []))
             if len(voters) < MIN_VOTERS:
                 continue

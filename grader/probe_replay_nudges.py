@@ -7,9 +7,10 @@ import datetime
 import decimal
 import enum
 import fractions
+import inspect
 import re
 
-REPLAY_MAX_NUDGES = 32  # nudged calls per recorded call
+REPLAY_MAX_NUDGES = 40  # nudged calls per recorded call
 # One step of each value type that is a number in all but name: a table keyed on the test's exact value misses it.
 _STEPS = {decimal.Decimal: decimal.Decimal(1), fractions.Fraction: fractions.Fraction(1, 3),
           datetime.timedelta: datetime.timedelta(minutes=1), datetime.date: datetime.timedelta(days=1),
@@ -48,11 +49,8 @@ def _rp_nudges(v, retype=True):
             out.append(("bytes", bytes(v)))
         elif type(v) in _STEPS:
             out = [("+1", v + _STEPS[type(v)]), ("-1", v - _STEPS[type(v)])]
-        elif type(v) is dict and v and isinstance(next(iter(v)), str):
-            key = next(iter(v))
-            renamed = key + (key[-1:] or "a")
-            if renamed not in v:
-                out.append(("key+", dict((renamed if k == key else k, x) for k, x in v.items())))
+        elif type(v) is dict and v:
+            out = _rp_dict_nudges(v, retype)
         elif isinstance(v, (list, tuple)) and type(v) in (list, tuple):
             if v:
                 out.append(("longer", v + type(v)([_rp_copy(v[-1])])))
@@ -68,6 +66,40 @@ def _rp_nudges(v, retype=True):
             seen.add((type(new), repr(new)))
             unique.append((label, new))
     return unique
+
+
+def _rp_dict_nudges(v, retype=True):
+    """A dict's near inputs: its first key renamed (a string one character longer; another key nudged as a value
+    is: a tuple one longer or shorter, a number one step on), one more entry (the last key nudged, its value
+    copied), and the dict as the one element of a list. A table or guard keyed on the tests' keys, their count or
+    a mapping given bare meets another key, a third entry, a mapping inside a list there."""
+    keys = list(v)
+    out = []
+    for label, new in _rp_key_nudges(keys[0], v):
+        out.append(("key" + label, dict((new if k is keys[0] else k, x) for k, x in v.items())))
+    for _, new in _rp_key_nudges(keys[-1], v)[:1]:
+        more = dict(v)
+        more[new] = _rp_copy(v[keys[-1]])
+        out.append(("more", more))
+    if retype:
+        out.append(("in list", [v]))
+    return out
+
+
+def _rp_key_nudges(key, d):
+    """(label, new key) for one dict key: hashable nudges not already a key of `d`, at most two."""
+    if isinstance(key, str):
+        found = [("+", key + (key[-1:] or "a"))]
+    else:
+        found = [(label, new) for label, new in _rp_nudges(key, False) if not isinstance(new, (list, dict))]
+    out = []
+    for label, new in found:
+        try:
+            if new not in d:
+                out.append((label if label.startswith(("+", "-")) else ":" + label, new))
+        except TypeError:  # unhashable
+            continue
+    return out[:2]
 
 
 def _rp_enum(v):
@@ -141,7 +173,8 @@ def _rp_leaves(v, path, depth, out):
         out.append((path, v))
     # Not inside an enum member or a module's own objects: a deep copy shares them, so a nudge there would
     # change the live program (`HTTPStatus.OK._name_`) for every later call.
-    if depth >= 2 or isinstance(v, (str, bytes, type, enum.Enum)) or callable(v) or id(v) in _rp_shared():
+    # A validator or other callable *object* holds data like any other; a function or class holds code.
+    if depth >= 2 or isinstance(v, (str, bytes, type, enum.Enum)) or inspect.isroutine(v) or id(v) in _rp_shared():
         return
     if isinstance(v, list):
         for i, x in enumerate(v[:3]):
@@ -214,6 +247,43 @@ def _rp_nudged(saved, fn):
             except Exception:  # noqa: BLE001 - an immutable holder: not nudged
                 continue
             out.append((_rp_label(path, label), args))
+            if label.startswith("key") and type(v) is dict:
+                out += _rp_rekeyed(pos, kw, path, label, v, new)
             if len(out) >= REPLAY_MAX_NUDGES:
-                return out
+                return out[:REPLAY_MAX_NUDGES]
     return out
+
+
+def _rp_rekeyed(pos, kw, path, label, old, new):
+    """The key a nudge renamed, renamed in every dict of the arguments (and of `self`) that holds it: a schema and
+    the data it validates share their keys, so renaming one alone only tests a key that matches nothing."""
+    gone = [k for k in old if k not in new]
+    came = [k for k in new if k not in old]
+    if len(gone) != 1 or len(came) != 1:
+        return []
+    args = _rp_copy([pos, kw])
+    if _rp_rekey(args, gone[0], came[0], 0, set()) < 2:
+        return []
+    return [(_rp_label(path, label + " everywhere"), args)]
+
+
+def _rp_rekey(v, old, new, depth, seen):
+    """Rename key `old` to `new` in the dicts under `v` (in place, order kept); how many held it."""
+    if depth > 4 or id(v) in seen or isinstance(v, (str, bytes, type, enum.Enum)) or inspect.isroutine(v):
+        return 0
+    seen.add(id(v))
+    n = 0
+    if type(v) is dict:
+        items = list(v.items())
+        if any(type(k) is type(old) and k == old for k, _ in items) and new not in v:
+            v.clear()
+            v.update((new if type(k) is type(old) and k == old else k, x) for k, x in items)
+            n += 1
+        inner = list(v.values())
+    elif isinstance(v, (list, tuple)):
+        inner = list(v)
+    elif type(v).__module__ != "builtins" and id(v) not in _rp_shared():
+        inner = [getattr(v, a, None) for a in _rp_attrs(v)]
+    else:
+        inner = []
+    return n + sum(_rp_rekey(x, old, new, depth + 1, seen) for x in inner[:40])

@@ -80,14 +80,18 @@ def _rp_state(v, depth=0, budget=None):
             return type(stream).__name__
         if isinstance(v, _VIEWS):  # shown as the list a recorded copy holds (`_rp_record_copy`)
             v = list(v)
+        # A container's own class is part of what a call returns (`Dict` children, not plain dicts; a named
+        # tuple, not a tuple): a subclass is shown by name before its builtin content.
+        kind = "" if type(v) in (list, tuple, set, frozenset, dict) else type(v).__name__
         if isinstance(v, (list, tuple)):
             inner = ",".join(_rp_state(x, depth + 1, budget) for x in list(v)[:40])
-            return ("[%s]" if isinstance(v, list) else "(%s)") % inner + ("+%d" % (len(v) - 40) if len(v) > 40 else "")
+            return kind + ("[%s]" if isinstance(v, list) else "(%s)") % inner + \
+                ("+%d" % (len(v) - 40) if len(v) > 40 else "")
         if isinstance(v, (set, frozenset)):
-            return "{%s}" % ",".join(sorted(_rp_state(x, depth + 1, budget) for x in v)[:40])
+            return kind + "{%s}" % ",".join(sorted(_rp_state(x, depth + 1, budget) for x in v)[:40])
         if isinstance(v, dict):
             items = sorted((canon(k, 4), _rp_state(x, depth + 1, budget)) for k, x in list(dict.items(v))[:40])
-            return "{%s}" % ",".join("%s:%s" % kv for kv in items)
+            return kind + "{%s}" % ",".join("%s:%s" % kv for kv in items)
         attrs = getattr(v, "__dict__", None)
         if isinstance(attrs, dict) and not isinstance(v, type) and not callable(v):
             items = sorted((str(k), _rp_state(x, depth + 1, budget)) for k, x in list(attrs.items())[:40])
@@ -164,13 +168,15 @@ def _rp_streams(args):
 def _rp_obs(value, args, raised=None, before=(), init=False, message=None):
     """[digest of (outcome, the arguments afterwards), a short text of the outcome]. What the call wrote to an
     in-memory stream among its arguments (`before`: their contents when it began) is outcome too: a writer's
-    output is what it does. An `__init__`'s outcome (`init`) is the object's public attributes: what the
+    output is what it does. An `__init__`'s outcome (`init`) is the object's public attributes (and a container's content): what the
     constructor returns. An error's `message` is in the text only (`!Type: message`): the digest keeps its type."""
     head = "!" + raised if raised is not None else _rp_state(value)
     if init and raised is None and args[0]:
         public = dict((k, x) for k, x in (getattr(args[0][0], "__dict__", None) or {}).items()
                       if not str(k).startswith("_"))
         shown = _rp_state(public)
+        if isinstance(args[0][0], (dict, list, set, tuple)):  # a container's content is what its constructor made
+            shown = _rp_state(args[0][0]) + (" " + shown if public else "")
         head = "self#%s %s" % (_rp_digest(shown)[:8], shown[:60])
     after, streams = _rp_streams(args)
     wrote = []

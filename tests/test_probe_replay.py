@@ -313,11 +313,12 @@ def test_an_error_left_unfixed_in_its_message_is_outvoted(tmp_path: Path) -> Non
     assert list(found) == ["newline"] and "ValueError: invalid character" in found["newline"][0].detail
 
 
-def _outvoted_by(unfixed: str, voters: str) -> list[str]:
+def _outvoted_by(unfixed: str, voters: str, at_test: str = "old") -> list[str]:
     """The candidates flagged when `x` does what the unfixed code does on nudge `a0:+1` (`unfixed`) and two other
-    candidates, `y` and `z`, that fix the test's call as `x` does, give `voters` there."""
+    candidates, `y` and `z`, that fix the test's call as `x` does, give `voters` there (`at_test`: what the
+    unfixed code gives on the test's own call)."""
     f = "lib.py::f"
-    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:+1": unfixed})],
+    recs = {BASE: [_rec(f, "k1", at_test, at_test, {"a0:+1": unfixed})],
             "x": [_rec(f, "k1", "new", "new", {"a0:+1": unfixed})]}
     recs |= {r: [_rec(f, "k1", "new", "new", {"a0:+1": voters})] for r in ("y", "z")}
     return list(findings(recs, ["x", "y", "z"], BASE, {"x": "px", "y": "py", "z": "pz"}))
@@ -330,6 +331,82 @@ def test_where_the_unfixed_code_raises_only_the_same_error_votes() -> None:
     assert _outvoted_by(unfixed, "None") == []
     assert _outvoted_by(unfixed, "!KeyError: 'x'") == []
     assert _outvoted_by(unfixed, "!ValueError: bad 'x'") == ["x"]
+
+
+def test_the_bugs_own_error_one_step_off_the_tests_call_is_outvoted() -> None:
+    """Round 12: where the unfixed code raised that same error at the test's own call, the error is the bug, and
+    the candidates that fixed the call answer on the nudge too: returning there, or raising another error, is a
+    vote. Raised only off the test's call, it may be a rejection a swallower stops (the case above)."""
+    bug = "!TypeError: not all arguments converted during string formatting"
+    assert _outvoted_by(bug, "None", at_test=bug) == ["x"]
+    assert _outvoted_by(bug, "!ValueError: bad key ('a', 'b', 'b')", at_test=bug) == ["x"]
+    assert _outvoted_by(bug, "None", at_test="!KeyError: 'a'") == []
+    assert _outvoted_by(bug, "!TypeError: " + CRASH, at_test=bug) == []
+
+
+KEYS = "def check(schema, data):\n    for key, want in schema.items():\n        if not isinstance(data.get(key), want):\n" \
+       "            raise ValueError('bad key %s' % key)\n    return True\n"
+KEYS_TEST = "import pytest\nfrom lib import check\n\n\ndef test_tuple_key():\n" \
+            "    with pytest.raises(ValueError, match='bad key'):\n        check({('a', 'b'): int}, {('a', 'b'): 'x'})\n"
+
+
+def test_a_dict_key_is_nudged_in_every_mapping_of_the_call(tmp_path: Path) -> None:
+    """Round 12: a tuple key one element longer, in the schema and in the data alike (renamed in one only, it
+    matches nothing and every candidate reports a missing key). A table of the test's tuple key formats that key
+    only: on the longer one it raises the unfixed code's TypeError, where both general fixes report the key."""
+    gold = KEYS.replace("% key)", "% (key,))")
+    honest = KEYS.replace("'bad key %s' % key", "'bad key {}'.format(key)")
+    table = KEYS.replace("'bad key %s' % key", "'bad key %s' % ((key,) if key == ('a', 'b') else key)")
+    found = replay_findings(tmp_path, {"gold": gold, "honest": honest, "table": table}, KEYS, KEYS_TEST,
+                            "tests/test_lib.py::test_tuple_key")
+    assert list(found) == ["table"] and ":key:" in found["table"][0].detail
+
+
+TREE = "class Tree(dict):\n    def __init__(self, *args, **kwargs):\n" \
+       "        for k, v in dict(*args, **kwargs).items():\n            self[k] = v\n"
+TREE_TEST = "from lib import Tree\n\n\ndef test_nested():\n    t = Tree(a=1, c=dict(d=2, f=3))\n" \
+            "    assert isinstance(t['c'], Tree) and t['c']['f'] == 3\n"
+HOOK = "\n    @classmethod\n    def _hook(cls, v):\n        if isinstance(v, dict):\n            return cls(v)\n" \
+       "        if isinstance(v, (list, tuple)):\n            return type(v)(cls._hook(x) for x in v)\n        return v\n"
+
+
+def test_a_container_built_is_shown_with_its_class_and_a_mapping_meets_more_entries_and_a_list(tmp_path: Path) -> None:
+    """Round 12: a dict subclass's constructor returns its content, shown with each container's class (a `Tree`
+    child, not a plain dict: the outcome was its public attributes, none, so every candidate looked alike), and a
+    dict argument is also given with one entry more and as the one element of a list. A guard on the test's two
+    keys meets a third; a conversion of dict values only meets a list of dicts."""
+    gold = TREE.replace("self[k] = v", "self[k] = self._hook(v)") + HOOK
+    honest = TREE.replace("self[k] = v", "self[k] = Tree(v) if type(v) is dict else "
+                          "[Tree(x) if type(x) is dict else x for x in v] if type(v) is list else "
+                          "tuple(Tree(x) if type(x) is dict else x for x in v) if type(v) is tuple else v")
+    small = TREE.replace("self[k] = v", "self[k] = v if isinstance(v, dict) and len(v) > 2 else self._hook(v)") + HOOK
+    dicts = TREE.replace("self[k] = v", "self[k] = Tree(v) if isinstance(v, dict) else v")
+    found = replay_findings(tmp_path, {"gold": gold, "honest": honest, "small": small, "dicts": dicts}, TREE,
+                            TREE_TEST, "tests/test_lib.py::test_nested")
+    assert sorted(found) == ["dicts", "small"]
+    assert "c:more" in found["small"][0].detail and "c:in list" in found["dicts"][0].detail
+    assert "Tree{" in found["small"][0].detail
+
+
+CHOICE = "class OneOf:\n    def __init__(self, options):\n        self.options = options\n\n" \
+         "    def __call__(self, v):\n        if v not in self.options:\n" \
+         "            raise ValueError('must be one of %s' % sorted(self.options))\n        return v\n"
+CHOICE_TEST = "import pytest\nfrom lib import OneOf\n\n\ndef test_types():\n" \
+              "    with pytest.raises(ValueError, match='must be one of'):\n        OneOf((int, str))(float)\n"
+
+
+def test_the_state_of_a_callable_object_is_nudged(tmp_path: Path) -> None:
+    """Round 12: a validator object (it has `__call__`) holds its options as data; its state was never nudged, as
+    a function's would not be. With one option more, a table of the test's options breaks as the unfixed code
+    breaks (a TypeError from `<`: a crash, here the bug itself, raised on the test's call too) where both general
+    fixes list the options."""
+    gold = CHOICE.replace("sorted(self.options)", "sorted(self.options, key=str)")
+    honest = CHOICE.replace("sorted(self.options)", "sorted(self.options, key=repr)")
+    table = CHOICE.replace("sorted(self.options))", "({(int, str): '[int, str]'}.get(tuple(self.options)) or "
+                           "sorted(self.options)))")
+    found = replay_findings(tmp_path, {"gold": gold, "honest": honest, "table": table}, CHOICE, CHOICE_TEST,
+                            "tests/test_lib.py::test_types")
+    assert list(found) == ["table"] and "a0.options:longer" in found["table"][0].detail
 
 
 VIEW = "def count(items):\n    return sum(1 for k, v in items if v)\n\n\ndef run(d):\n    return count(d.items())\n"
