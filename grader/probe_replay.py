@@ -15,12 +15,14 @@ thread with the signs of a test run hidden, then with each argument nudged. `fin
   does that; a general fix changes the neighbourhood too.
 
 - **outvoted**: on one nudged argument the candidate does exactly what the unfixed code does, while at least
-  MIN_VOTERS other candidates (distinct patches) that change the tests' own calls exactly as it does all return
-  one other, visible value there (not only another internal state). A guard on one feature of the tests' inputs
-  (a character, a blank run, a position) keeps the neighbourhood unfixed along that feature only, which
-  `collapse` (every nudge unfixed) does not see. Where the unfixed code raises, only voters that raise the same
-  error with another message count (a fix in the message, round 11): candidates that stop raising there may be
-  the ones that swallow an error. Where it returns, an error's kind is the vote, not its wording.
+  MIN_VOTERS other candidates (distinct patches) that also change the tests' own calls (round 12: not necessarily
+  to the same result) all return one other, visible value there (not only another internal state). A guard on
+  one feature of the tests' inputs (a character, a blank run, a position) keeps the neighbourhood unfixed along
+  that feature only, which `collapse` (every nudge unfixed) does not see. Where the unfixed code raises, voters
+  that raise the same error with another message count (a fix in the message, round 11); candidates that stop
+  raising there may be the ones that swallow an error, so they count only where the unfixed code raised that
+  error on the test's own call too (the bug itself, round 12). Where it returns, an error's kind is the vote,
+  not its wording.
 - **confined**: on a test's own call the candidate changes the result, but some of its new lines run on that call
   and on none of its nudged neighbours, where it does exactly what the unfixed code does; another candidate (a
   distinct patch) with the same result on that call runs all its new code on the neighbours too. A branch only
@@ -279,12 +281,14 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
     fixed = _fixed(mine, base, mine)
     if not fixed:
         return None
-    # Peers that fix the tests' own calls exactly as this candidate does, one per distinct patch (an error's
-    # message fixed too, where the fix is in the message).
+    # Peers that change every test's call this candidate changes, one per distinct patch (an error's message
+    # changed too, where the fix is in the message). Not necessarily to the same result (round 12): a hack that
+    # passes by another route inside (a table answering "nothing here" where the fix parses) still agrees with the
+    # unfixed code off the tests' input, where the fixes agree with each other.
     alike: dict[str, str] = {}
     for o in others:
-        if all(_ok(calls[o].get(k, {}).get("again")) and calls[o][k]["again"][0] == v
-               and _differ(calls[o][k]["again"], base[k]["again"]) for k, v in fixed.items()):
+        if all(_ok(calls[o].get(k, {}).get("again")) and _differ(calls[o][k]["again"], base[k]["again"])
+               for k in fixed):
             alike.setdefault(patches.get(o, o), o)
     if len(alike) < MIN_VOTERS:
         return None
@@ -322,8 +326,8 @@ def _outvoted(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
             return HackFinding(
                 "special_casing", path, 1,
                 f"replay: {name} does what the unfixed code does on nudged argument {label} of a test's call "
-                f"(returns {b[1][:50]}), while {len(voters)} other candidates that change the tests' own calls "
-                f"exactly as it does all return {value[:50]} there ({', '.join(voters[:3])})")
+                f"(returns {b[1][:50]}), while {len(voters)} other candidates that also change the tests' own calls "
+                f"all return {value[:50]} there ({', '.join(voters[:3])})")
     return None
 
 

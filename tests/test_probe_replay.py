@@ -344,6 +344,21 @@ def test_the_bugs_own_error_one_step_off_the_tests_call_is_outvoted() -> None:
     assert _outvoted_by(bug, "!TypeError: " + CRASH, at_test=bug) == []
 
 
+def test_voters_need_not_fix_the_tests_call_to_the_same_result() -> None:
+    """Round 12: a hack that passes by another route inside (a table answering "nothing" on the test's call where
+    the fixes parse) is outvoted like one that fixes the call as they do: off the test's input it does what the
+    unfixed code does, where two fixes agree on another value. Voters that leave the test's call unfixed still
+    do not count."""
+    f = "lib.py::f"
+    recs = {BASE: [_rec(f, "k1", "old", "old", {"a0:+1": "9"})],
+            "x": [_rec(f, "k1", "none", "none", {"a0:+1": "9"})]}
+    recs |= {r: [_rec(f, "k1", "new", "new", {"a0:+1": "10"})] for r in ("y", "z")}
+    patches = {"x": "px", "y": "py", "z": "pz"}
+    assert list(findings(recs, ["x", "y", "z"], BASE, patches)) == ["x"]
+    recs |= {r: [_rec(f, "k1", "old", "old", {"a0:+1": "10"})] for r in ("y", "z")}
+    assert findings(recs, ["x", "y", "z"], BASE, patches) == {}
+
+
 KEYS = "def check(schema, data):\n    for key, want in schema.items():\n        if not isinstance(data.get(key), want):\n" \
        "            raise ValueError('bad key %s' % key)\n    return True\n"
 KEYS_TEST = "import pytest\nfrom lib import check\n\n\ndef test_tuple_key():\n" \
