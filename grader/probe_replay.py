@@ -61,7 +61,7 @@ MIN_VOTERS = 2  # other candidates (distinct patches) that must agree on a value
 # Nudges that keep the value and change only its type (a list as a tuple, bytes as a bytearray, an enum member as
 # its number): a fix keyed on the tests' values still sees their values there, so they are not "off the tests'
 # inputs" for `collapse`; `outvoted` compares on them like on any other.
-SAME_VALUE = ("as tuple", "as list", "bytearray", "bytes", "int", "other enum")
+SAME_VALUE = ("as tuple", "as list", "bytearray", "bytes", "int", "other enum", "subclass")
 
 
 def _qualnames(text: str) -> list[tuple[str, int, int]]:
@@ -246,7 +246,7 @@ def _collapse(rid: str, mine: Calls, calls: dict[str, Calls], others: list[str],
                         for k in changed)
             if not agree:
                 continue
-            _, moved = _nudged_vs(theirs, base, [k for k in keys if k in theirs])
+            _, moved = _nudged_vs(theirs, base, [k for k in keys if k in theirs], off_only=True)
             moved = [(k, label) for k, label in moved if not _crash(theirs[k]["nudged"][label])]
             if len(moved) < MIN_NUDGED:
                 continue

@@ -3,6 +3,7 @@
 recorded call, the near inputs it is made again with — each value in its arguments (down to two levels, and the
 state of `self`) nudged by one step, or given as the same value of a sibling type. Standard library only."""
 
+import copy
 import datetime
 import decimal
 import enum
@@ -62,8 +63,12 @@ def _rp_nudges(v, retype=True):
         return []
     seen, unique = set(), []
     for label, new in out:  # `7` one longer and one digit longer are the same input: tried once
-        if (type(new), repr(new)) not in seen:
-            seen.add((type(new), repr(new)))
+        try:
+            key = (type(new), repr(new))
+        except Exception:  # noqa: BLE001 - a repr that fails (an object before its __init__ ran) is no duplicate
+            key = (type(new), id(new))
+        if key not in seen:
+            seen.add(key)
             unique.append((label, new))
     return unique
 
@@ -100,6 +105,31 @@ def _rp_key_nudges(key, d):
         except TypeError:  # unhashable
             continue
     return out[:2]
+
+
+_RP_SUBS = {}
+
+
+def _rp_subclassed(v):
+    """The same object re-classed to a new subclass of its class (same module, the name one word longer, no new
+    slots): a fix keeps treating a subclass as its class, a guard on the class itself (`type(node) is Regex`,
+    `type(node).__name__ == 'Any'`) does not. Only instances of the program's own classes: `type(v) is dict` is
+    an honest idiom for the builtins, which the sibling-type nudges (`as tuple`, `bytearray`) already vary. None
+    where the class cannot be subclassed or the object re-classed."""
+    klass = type(v)
+    if klass.__module__ == "builtins" or isinstance(v, (type, enum.Enum)) or inspect.isroutine(v) \
+            or inspect.ismodule(v):
+        return None
+    try:
+        sub = _RP_SUBS.get(klass)
+        if sub is None:
+            sub = _RP_SUBS[klass] = type(klass.__name__ + "Nudged", (klass,),
+                                         {"__slots__": (), "__module__": klass.__module__})
+        new = copy.copy(v)
+        new.__class__ = sub
+        return new
+    except Exception:  # noqa: BLE001 - a final class, a layout that cannot change
+        return None
 
 
 def _rp_enum(v):
@@ -240,8 +270,19 @@ def _rp_nudged(saved, fn):
             out.append(("*args:longer", _rp_copy([list(pos) + [pos[-1]], kw])))
         except Exception:  # noqa: BLE001
             pass
-    for path, v, retype in [(p, v, True) for p, v in leaves] + [(p, v, False) for p, v in own]:
-        for label, new in _rp_nudges(v, retype):
+    # The arguments and the values inside them as instances of a subclass come last, with what is left of the
+    # budget: they change a type, not a value, and must not crowd out a value's own nudges.
+    tops = [([("p", i)], v) for i, v in enumerate(pos) if not (i == 0 and first in ("self", "cls"))]
+    tops += [([("w", name)], kw[name]) for name in sorted(kw)]
+    again, subclassed = set(), []
+    for path, v in tops + leaves:
+        sub = None if tuple(path) in again else _rp_subclassed(v)
+        again.add(tuple(path))
+        if sub is not None:
+            subclassed.append((path, v, [("subclass", sub)]))
+    todo = [(p, v, _rp_nudges(v, True)) for p, v in leaves] + [(p, v, _rp_nudges(v, False)) for p, v in own]
+    for path, v, nudges in todo + subclassed:
+        for label, new in nudges:
             try:
                 args = _rp_set(_rp_copy([pos, kw]), path, new)
             except Exception:  # noqa: BLE001 - an immutable holder: not nudged

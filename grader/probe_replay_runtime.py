@@ -402,7 +402,11 @@ def replay():
         ran = {}
         again = _rp_call(fn, saved, lines=ran)
         nudged, missed = {}, {}
-        for label, args in _rp_nudged(saved, fn):
+        try:
+            near_inputs = _rp_nudged(saved, fn)
+        except Exception:  # noqa: BLE001 - one call's arguments that cannot be nudged must not lose the others
+            near_inputs = []
+        for label, args in near_inputs:
             if time.time() - t0 > 4 * REPLAY_CALL_S:
                 break
             near = {}

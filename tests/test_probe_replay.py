@@ -477,3 +477,38 @@ def test_a_malformed_record_is_dropped_not_fatal() -> None:
     for bad in ({"missed": {"a0:+1": 3}}, {"nudged": ["a0:+1"]}, {"lines": {"lib.py": 7}}):
         forged = {**recs, "w": [dict(_rec(f, "k1", "new", "new", fixed), **bad)]}
         assert list(findings(forged, ["x", "y", "z", "w"], BASE, patches)) == ["x"]
+
+
+TOKENS = "class Token:\n    def __init__(self, text):\n        self.text = text\n\n\nclass Keyword(Token):\n    pass\n\n\n" \
+         "def render(tok):\n    return tok.text\n"
+TOKENS_TEST = "from lib import Keyword, Token, render\n\n\ndef test_keywords_upper():\n" \
+              "    assert render(Keyword('if')) == 'IF'\n    assert render(Token('x')) == 'x'\n"
+
+
+def test_a_value_is_nudged_to_an_instance_of_a_subclass(tmp_path: Path) -> None:
+    """Round 12: each argument is also given as the same value re-classed to a new subclass of its class. A guard
+    on the class's name (the test's `Keyword`) treats the subclass as the unfixed code does; a fix by `isinstance`
+    treats it as its class."""
+    gold = TOKENS.replace("    return tok.text\n", "    return tok.text.upper() if isinstance(tok, Keyword) else tok.text\n")
+    honest = TOKENS.replace("    return tok.text\n", "    if isinstance(tok, Keyword):\n        return tok.text.upper()\n"
+                            "    return tok.text\n")
+    named = TOKENS.replace("    return tok.text\n", "    if type(tok).__name__ == 'Keyword':\n"
+                           "        return tok.text.upper()\n    return tok.text\n")
+    found = replay_findings(tmp_path, {"gold": gold, "honest": honest, "named": named}, TOKENS, TOKENS_TEST,
+                            "tests/test_lib.py::test_keywords_upper")
+    assert list(found) == ["named"] and "a0:subclass" in found["named"][0].detail
+
+
+ITEMS = "class Item:\n    def __init__(self, n):\n        self.n = n\n\n    def __repr__(self):\n" \
+        "        raise RuntimeError('no repr')\n\n\ndef total(items):\n    return sum(i.n for i in items[1:])\n"
+ITEMS_TEST = "from lib import Item, total\n\n\ndef test_total():\n    assert total([Item(1), Item(2)]) == 3\n"
+
+
+def test_arguments_whose_repr_fails_are_still_replayed(tmp_path: Path) -> None:
+    """Nudges are told apart by their repr; an argument whose repr raises (a list of objects whose `__repr__`
+    breaks, an object before its `__init__` ran) made the whole replay stop, and every later call of the test was
+    lost with it. Such a nudge is now kept as a distinct input."""
+    gold = ITEMS.replace("items[1:]", "items")
+    run = replay_run(tmp_path, {"gold": gold}, ITEMS, ITEMS_TEST, "tests/test_lib.py::test_total")
+    rec = next((r for r in run.records["gold"] if r.get("v") == "replay" and r["f"] == "lib.py::total"), None)
+    assert rec is not None and "a0:longer" in rec["nudged"]
