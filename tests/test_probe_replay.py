@@ -368,7 +368,8 @@ KEYS_TEST = "import pytest\nfrom lib import check\n\n\ndef test_tuple_key():\n" 
 def test_a_dict_key_is_nudged_in_every_mapping_of_the_call(tmp_path: Path) -> None:
     """Round 12: a tuple key one element longer, in the schema and in the data alike (renamed in one only, it
     matches nothing and every candidate reports a missing key). A table of the test's tuple key formats that key
-    only: on the longer one it raises the unfixed code's TypeError, where both general fixes report the key."""
+    only: on a key one element longer or shorter it does what the unfixed code does (a TypeError, or a 1-tuple
+    shown without its parentheses), where both general fixes report the key as it is."""
     gold = KEYS.replace("% key)", "% (key,))")
     honest = KEYS.replace("'bad key %s' % key", "'bad key {}'.format(key)")
     table = KEYS.replace("'bad key %s' % key", "'bad key %s' % ((key,) if key == ('a', 'b') else key)")
