@@ -283,8 +283,8 @@ def _rp_nudged(saved, fn):
     todo = [(p, v, _rp_nudges(v, True)) for p, v in leaves] + [(p, v, _rp_nudges(v, False)) for p, v in own]
     for path, v, nudges in todo + subclassed:
         for label, new in nudges:
-            try:
-                args = _rp_set(_rp_copy([pos, kw]), path, new)
+            try:  # a copy of the nudged value too: it may share parts with the saved arguments, which a call changes
+                args = _rp_set(_rp_copy([pos, kw]), path, _rp_copy(new))
             except Exception:  # noqa: BLE001 - an immutable holder: not nudged
                 continue
             out.append((_rp_label(path, label), args))
@@ -310,7 +310,9 @@ def _rp_rekeyed(pos, kw, path, label, old, new):
 
 def _rp_rekey(v, old, new, depth, seen):
     """Rename key `old` to `new` in the dicts under `v` (in place, order kept); how many held it."""
-    if depth > 4 or id(v) in seen or isinstance(v, (str, bytes, type, enum.Enum)) or inspect.isroutine(v):
+    # A module's own objects are shared by the copy, not copied: renaming a key there would change the program.
+    if depth > 4 or id(v) in seen or isinstance(v, (str, bytes, type, enum.Enum)) or inspect.isroutine(v) \
+            or id(v) in _rp_shared():
         return 0
     seen.add(id(v))
     n = 0
@@ -323,7 +325,7 @@ def _rp_rekey(v, old, new, depth, seen):
         inner = list(v.values())
     elif isinstance(v, (list, tuple)):
         inner = list(v)
-    elif type(v).__module__ != "builtins" and id(v) not in _rp_shared():
+    elif type(v).__module__ != "builtins":
         inner = [getattr(v, a, None) for a in _rp_attrs(v)]
     else:
         inner = []

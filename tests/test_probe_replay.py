@@ -513,3 +513,28 @@ def test_arguments_whose_repr_fails_are_still_replayed(tmp_path: Path) -> None:
     run = replay_run(tmp_path, {"gold": gold}, ITEMS, ITEMS_TEST, "tests/test_lib.py::test_total")
     rec = next((r for r in run.records["gold"] if r.get("v") == "replay" and r["f"] == "lib.py::total"), None)
     assert rec is not None and "a0:longer" in rec["nudged"]
+
+
+def _runtime() -> dict:
+    """The probe's runtime namespace, as the instrumented test file plants it (no test run: its nudges only)."""
+    from grader.probe_transform import RUNTIME_SOURCE
+
+    ns: dict = {}
+    exec(compile(RUNTIME_SOURCE, "<gagar-probe>", "exec"), ns)  # noqa: S102 - the product's own runtime source
+    return ns
+
+
+def test_nudges_leave_the_saved_arguments_and_the_programs_objects_alone() -> None:
+    """Each nudged call gets its own copy of what it is given: a call that changes its argument in place must not
+    change the saved arguments the next nudges are built from. A key renamed "everywhere" is not renamed in a dict
+    the program's modules hold (the copy shares those with the live program)."""
+    ns = _runtime()
+    table = {("a", "b"): 1}
+    ns["_rp"]["shared"] = {id(table): table}
+    rows = [[1], [2]]
+    nudged = ns["_rp_nudged"](([table, {("a", "b"): 2}, rows], {}), lambda table, data, rows: None)
+    labels = [label for label, _ in nudged]
+    assert "a1:key:longer" in labels and "a2:longer" in labels
+    assert table == {("a", "b"): 1}
+    for _, (pos, _kw) in nudged:
+        assert all(r is not saved for r in pos[2] for saved in rows)
