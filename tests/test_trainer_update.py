@@ -1,8 +1,8 @@
 """The update's standard options on a real tiny Qwen2 (LoRA off: full weights, so gradients are easy to compare):
 gradient accumulation, the loss aggregations (Dr. GRPO's constant included), truncated importance sampling
 against the sampler's log-probs, the LR schedule; and the loop's overlong filtering, dropped agent episodes,
-rloo/dr_grpo as the base estimator, and the vLLM backend built on the warm-started base (vLLM is CUDA-only and
-not installable here: a stand-in `vllm` module checks that plumbing, and says so)."""
+rloo/dr_grpo as the base estimator, and the vLLM backend built on the warm-started base (a stand-in
+`vllm` module checks that plumbing fast, and says so)."""
 
 from __future__ import annotations
 
@@ -224,7 +224,7 @@ def test_rloo_and_dr_grpo_are_selectable_base_estimators(base):
 # ── vLLM: the engine loads the base the adapter belongs to ───────────────────────────────────────────────────
 @pytest.fixture
 def fake_vllm(monkeypatch):
-    """A STAND-IN for the `vllm` package (CUDA-only, not installable here): records how the engine is built and
+    """A STAND-IN for the `vllm` package (no engine start, for speed): records how the engine is built and
     answers generate with fixed tokens and log-probs, to check the plumbing only."""
     built = {}
 
