@@ -227,7 +227,7 @@ def test_transformers_backend_loads_a_peft_adapter(tmp_path_factory):
 
 def test_vllm_backend_explains_a_missing_vllm(monkeypatch):
     """A machine without vLLM (another environment, a partial install): the error says how to get it."""
-    from grader.backends import make_backend
+    from grader.judge.backends import make_backend
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     with pytest.raises(ImportError, match="make venv"):
