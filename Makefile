@@ -8,7 +8,7 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: swebench experiment-loop experiment-loop-real setup venv docker images tasks env-tasks demo demo-smol test test-full lint bench reliability judge clean
+.PHONY: swebench experiment-loop experiment-loop-real setup venv docker images tasks env-tasks demo demo-tiny test test-full lint bench reliability judge clean
 
 setup: venv docker images tasks
 
@@ -57,14 +57,16 @@ tasks-synth: venv docker images
 
 # torch's OpenMP threads spin while waiting; on a machine shared by more jobs than cores, PASSIVE waits keep
 # them from taking the cores of the threads doing the work (docs/trainer.md, "CPU threads"). Override as you like.
-demo demo-smol test test-full: export OMP_WAIT_POLICY ?= PASSIVE
+demo demo-tiny test test-full: export OMP_WAIT_POLICY ?= PASSIVE
 
+# The policy on the pretrained SmolLM2-135M-Instruct (pulled once, LoRA, warm start then RL with GAGAR, vLLM
+# rollouts; configs/smol.yaml, README).
 demo: setup
-	bash scripts/demo.sh $(WORK) tiny
-
-# The policy on the pretrained SmolLM2-135M-Instruct (pulled once, LoRA, warm start then RL; docs/trainer.md).
-demo-smol: setup
 	bash scripts/demo.sh $(WORK) smol
+
+# The plumbing stand-in: a tiny random model through the same loop (configs/tiny.yaml); it reads nothing.
+demo-tiny: setup
+	bash scripts/demo.sh $(WORK) tiny
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
