@@ -43,7 +43,7 @@ class Judge:
     def backend(self) -> Any:
         """The LLM judge's chat backend, built once on first use."""
         if self._backend is None:
-            from grader.judge.backends import make_backend
+            from inference.backends import make_backend
 
             s = self.section
             self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None)

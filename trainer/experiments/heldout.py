@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import atomic_write_text
 from sandbox.records import EvalResult, Prediction
-from sandbox.report import atomic_write_text
 from trainer.config import TrainConfig
 from trainer.experiments.scope import task_scope
 from trainer.experiments.verdicts import diff_size
