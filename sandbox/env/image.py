@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from docker.types import Mount
 from sandbox.env.images import ImageError, build_image, find_image
 from sandbox.env.plan import ENV_FORMAT, GO_MODCACHE, EnvPlan
 from sandbox.env.toolchains import ALL_RECIPES
+from sandbox.integrity import gitsafe
 
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 BUILD_CA = "/gagar/build-ca.crt"
@@ -176,15 +176,12 @@ def failure_cause(log_text: str) -> str:
 
 def _copy_source(container, plan: EnvPlan) -> None:
     """The repo at the plan's commit into /testbed, streamed from `git archive` (nothing else of the clone)."""
-    proc = subprocess.Popen(["git", "-c", "core.fsmonitor=false", "-C", str(plan.clone), "archive", "--format=tar",
-                             plan.commit], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        container.put_archive("/testbed", proc.stdout)
-    finally:
-        proc.stdout.close()
-        err = proc.stderr.read().decode(errors="replace")
-        if proc.wait() != 0:
-            raise EnvBuildError(f"git archive {plan.commit[:12]} of {plan.clone} failed: {err.strip()[-300:]}")
+        with gitsafe.stream("archive", "--format=tar", plan.commit, git_dir=gitsafe.git_dir_of(plan.clone),
+                            trusted_dir=plan.clone) as tar:
+            container.put_archive("/testbed", tar)
+    except gitsafe.GitError as exc:
+        raise EnvBuildError(f"git archive {plan.commit[:12]} of {plan.clone} failed: {str(exc)[-300:]}") from exc
 
 
 def _commit_changes(plan: EnvPlan, base_ref: str, client: docker.DockerClient) -> list[str]:
