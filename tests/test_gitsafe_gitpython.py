@@ -114,6 +114,42 @@ def test_importing_works_without_git_and_a_call_says_what_is_missing(tmp_path: P
     assert proc.stdout.startswith("GitError: git is not usable on this host")
 
 
+def test_gitpython_runs_nothing_a_hostile_working_directory_plants(tmp_path: Path) -> None:
+    """GitPython's import runs `git version` in the process's working directory, with the process's
+    environment. Started inside a repository whose `.git/config` names fsmonitor, pager, hooks and an include
+    (and with GIT_DIR, GIT_CONFIG_PARAMETERS and GIT_EXTERNAL_DIFF in the environment it was started with),
+    gagar's git calls run none of them; plain git in the same place runs them (the controls)."""
+    m = tmp_path / "markers"
+    m.mkdir()
+    hostile, _ = _repo(tmp_path / "hostile", {"f": b"x\n"})
+    (hostile / ".git" / "evil.inc").write_text(f"[core]\n\tpager = touch {m}/include; cat\n")
+    with open(hostile / ".git" / "config", "a") as fh:
+        fh.write(f"[core]\n\tfsmonitor = touch {m}/fsmonitor; true\n\tpager = touch {m}/pager; cat\n"
+                 "[include]\n\tpath = evil.inc\n")
+    (hostile / ".git" / "hooks" / "post-checkout").write_text(f"#!/bin/sh\ntouch {m}/hook\n")
+    os.chmod(hostile / ".git" / "hooks" / "post-checkout", 0o755)
+    (hostile / "f").write_text("changed\n")
+    trusted, base = _repo(tmp_path / "trusted", {"t": b"t\n"})
+    (trusted / "t").write_text("changed\n")
+    env = {**ENV, "PYTHONPATH": str(ROOT), "GIT_DIR": str(hostile / ".git"),
+           "GIT_CONFIG_PARAMETERS": f"'core.fsmonitor'='touch {m}/params; true'",
+           "GIT_EXTERNAL_DIFF": f"touch {m}/extdiff; true"}
+    code = ("from sandbox.integrity import gitsafe\n"
+            f"gd, wt = {str(trusted / '.git')!r}, {str(trusted)!r}\n"
+            "gitsafe.run('diff', git_dir=gd, work_tree=wt)\n"  # GIT_EXTERNAL_DIFF would win over diff.external
+            "print(gitsafe.git('rev-parse', 'HEAD', git_dir=gd).strip())\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=hostile, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == base
+    assert list(m.iterdir()) == []
+    # The controls: plain git there runs what the environment names, and without it what the config names.
+    subprocess.run(["git", "status"], cwd=hostile, env=env, capture_output=True)
+    assert {p.name for p in m.iterdir()} == {"params"}
+    subprocess.run(["git", "status"], cwd=hostile, env={**env, "GIT_CONFIG_PARAMETERS": ""}, capture_output=True)
+    assert "fsmonitor" in {p.name for p in m.iterdir()}
+
+
 def _product_files() -> list[Path]:
     files = [p for d in SCANNED for p in (ROOT / d).rglob("*.py") if "__pycache__" not in p.parts]
     return files + sorted((ROOT / "examples").glob("*.py"))

@@ -26,11 +26,14 @@ history (the "no future" rule: a work tree must not reveal commits after `base_c
 Built on GitPython's `git.Git` command object, and on nothing else of GitPython: one object per call, bound to
 the call's directory (given as a `Path`, which GitPython resolves without expanding `$VAR`/`~`), carrying the
 hardened variables as its environment (`update_environment`); its `execute` runs the argv built here (the
-hardened `-c` options, then the caller's arguments, behind `prlimit` when a file-size cap is asked), feeds stdin,
-kills git and its children on timeout and streams stdout for `stream()`. Never `git.Repo`: it parses
-`.git/config` with its own reader and keeps `git cat-file` processes open in the repository. GitPython starts
-every git from a copy of `os.environ` and can only add variables to it, never remove one
-(gitpython-developers/GitPython#924), so this module keeps the `GIT_*` family (but GitPython's own
+hardened `-c` options, then the caller's arguments, behind `prlimit` when a file-size cap is asked), feeds
+stdin, kills git and its children on timeout and streams stdout for `stream()`. The `-c` options go in that
+argv, not in GitPython's persistent git options: those are added only by its subcommand dispatch
+(`Git().status(...)`), which takes the executable from a process-wide class attribute (so no `prlimit` in front
+of it) and rewrites `_` to `-` in the first argument (callers pass global options such as `-c x=y` or `--bare`
+first). Never `git.Repo`: it parses `.git/config` with its own reader and keeps `git cat-file` processes open in
+the repository. GitPython starts every git from a copy of `os.environ` and can only add variables to it, never
+remove one (gitpython-developers/GitPython#924), so this module keeps the `GIT_*` family (except GitPython's own
 `GIT_PYTHON_*` settings, which git never reads) out of gagar's process environment: removed before GitPython is
 first imported (its import runs `git version`) and again before every call. Nothing in gagar needs them: all of
 its git goes through here.
