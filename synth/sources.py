@@ -1,7 +1,8 @@
 """Where tasks come from: a PyPI sdist or a local git repository, made into the task repository.
 
-An sdist `NAME==VERSION` is downloaded with `pip download --no-binary NAME --no-deps` (its sha256 recorded, and
-checked when pinned), unpacked, and committed as the only commit of a fresh repository, with a fixed author,
+An sdist `NAME==VERSION` is fetched as a file from pip's configured package index (`synth.index`: its sha256
+checked against the index's, and the pin when there is one, while it downloads; never built, so none of the
+project's code runs on the host), unpacked, and committed as the only commit of a fresh repository, with a fixed author,
 committer and date, so the base commit is the same on every machine. Its repository is named `pypi/<name>`
 (PEP 503 normalised name) and lives at `<out>/repos/pypi__<name>`. A local repository keeps its commit (HEAD, or
 `rev`): only that commit is copied (`sandbox.integrity.gitsafe.export_commit`); it is named `<owner>/<name>` when
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 import zipfile
@@ -138,36 +137,22 @@ def git(repo: Path, *args: str, input: str | bytes | None = None, binary: bool =
 
 
 def download_sdist(spec: str, dest: Path, pinned: str | None = None) -> tuple[Path, str]:
-    """The sdist archive of `NAME==VERSION` in `dest` (downloaded unless a file with the pinned hash is there)."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """The sdist archive of `NAME==VERSION` in `dest`: fetched as a file from pip's configured package index,
+    its sha256 checked while it downloads (against the index's and the pin), never built or run
+    (`synth.index`). A file already in `dest` with the expected hash is reused."""
+    from synth.index import FetchError, download, find_sdist, pip_config
+
     name, version = SDIST.match(spec).groups()  # type: ignore[union-attr]
-    stem = re.sub(r"[-_.]+", "[-_.]", re.escape(name.lower()).replace("\\", ""))
-
-    def existing() -> list[Path]:
-        return [p for p in dest.iterdir() if re.fullmatch(rf"(?i){stem}-{re.escape(version)}\.(tar\.gz|zip|tar\.bz2)",
-                                                           p.name)]
-
-    for p in existing():
-        if pinned and file_sha256(p) == pinned:
-            return p, pinned
-    with tempfile.TemporaryDirectory(prefix="gagar-sdist-") as tmp:
-        # `--no-binary NAME`: the sdist of the project itself; its build backend (pip reads the sdist's metadata)
-        # may come as a wheel, which saves building setuptools & co. from source.
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", name, "--no-deps",
-                               "--disable-pip-version-check", "-q", "-d", tmp, spec],
-                              capture_output=True, text=True, timeout=900)
-        got = list(Path(tmp).iterdir())
-        if proc.returncode != 0 or len(got) != 1:
-            err = (proc.stderr or proc.stdout).strip().splitlines()
-            why = next((line for line in reversed(err) if "ERROR" in line), err[-1] if err else "no file")
-            raise SourceError(f"pip could not download the sdist {spec}: {why.strip()}")
-        target = dest / got[0].name
-        shutil.move(str(got[0]), target)
-    digest = file_sha256(target)
-    if pinned and digest != pinned:
-        raise SourceError(f"the sdist {target.name} has sha256 {digest}, not the pinned {pinned}: PyPI served "
-                          "another file; refusing to build tasks from it")
-    return target, digest
+    try:
+        cfg = pip_config()
+        found = find_sdist(name, version, cfg, pinned)
+        want = pinned or found.sha256
+        have = dest / Path(found.filename).name
+        if want and have.is_file() and file_sha256(have) == want.lower():
+            return have, want.lower()
+        return download(found, dest, cfg, pinned)
+    except FetchError as exc:
+        raise SourceError(str(exc)) from exc
 
 
 def unpack(archive: Path, dest: Path) -> None:
