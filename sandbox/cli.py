@@ -235,6 +235,8 @@ def sandbox_main(argv: list[str]) -> int:
     g = sub.add_parser("gc", help="remove leftover sandbox containers (label gagar.sandbox=1) and the temp "
                        "workspaces of dead runs")
     g.add_argument("--run-id", help="only the containers of this run")
+    g.add_argument("--force", action="store_true", help="also the containers of runs whose process is still "
+                   "running on this machine (kept by default: those rollouts would end as infra_error)")
     args = p.parse_args(argv)
     import docker.errors
 
@@ -242,10 +244,13 @@ def sandbox_main(argv: list[str]) -> int:
     from sandbox.workspace import remove_tree, stale_workspaces
 
     try:
-        removed = container.gc(args.run_id)
+        done = container.gc(args.run_id, force=args.force)
     except docker.errors.DockerException as exc:
         return _err("gagar sandbox gc", f"cannot reach the Docker engine ({exc})")
-    print(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+    print(f"removed {len(done.removed)} container(s)" + (": " + ", ".join(done.removed) if done.removed else ""))
+    if done.spared:
+        print(f"kept {len(done.spared)} container(s) of runs still going (their gagar process is alive; --force "
+              f"removes them too): {', '.join(done.spared)}")
     stale = stale_workspaces()
     for d in stale:
         remove_tree(d)

@@ -187,15 +187,50 @@ def remove_stale(run_id: str) -> None:
             pass
 
 
-def gc(run_id: str | None = None, c: docker.DockerClient | None = None) -> list[str]:
-    """Remove leftover sandbox containers by label (all runs, or one)."""
+@dataclass
+class Collected:
+    """What `gc` did: the containers it removed, and those it kept because their owner process still runs."""
+
+    removed: list[str]
+    spared: list[str]
+
+
+def gc(run_id: str | None = None, c: docker.DockerClient | None = None, *, force: bool = False) -> Collected:
+    """Remove leftover sandbox containers by label (all runs, or one). A container whose owner process is still
+    running on this machine (`gagar.owner`, as `remove_stale` reads it; this process included) is a live run's
+    and is kept: removing it would end that rollout mid-run. `force` removes those too (their rollouts then
+    end as `infra_error`)."""
     c = c or docker.from_env(timeout=60)
     labels = [f"{LABEL}=1"] + ([f"{RUN_LABEL}={run_id}"] if run_id else [])
-    removed = []
-    for ctr in c.containers.list(all=True, filters={"label": labels}):
-        _remove(c, ctr.id)
-        removed.append(ctr.name)
-    return removed
+    out = Collected([], [])
+    for row in c.api.containers(all=True, filters={"label": labels}):
+        name = (row.get("Names") or [row["Id"][:12]])[0].lstrip("/")
+        if not force and _owner_alive((row.get("Labels") or {}).get(OWNER_LABEL)):
+            out.spared.append(name)
+            continue
+        _remove(c, row["Id"])
+        out.removed.append(name)
+    return out
+
+
+def _killed_from_outside(c: docker.DockerClient, cid: str, state: dict, since: float) -> str | None:
+    """Why a finished test container's end was not the tests' doing (None when it was): it is being removed,
+    or something other than this run sent it a signal (`docker kill`/`stop`/`rm -f`, `gagar sandbox gc
+    --force`). Its exit status (137 for SIGKILL) then says nothing about the patch. The run's own kills (its
+    timeout, the write watchdog) are known to the caller and not asked about."""
+    if state.get("Dead") or state.get("Status") in ("removing", "dead"):
+        return "the test container was removed by another process while the tests ran (docker rm, gagar sandbox gc)"
+    try:
+        events = list(c.api.events(since=since, until=time.time(), decode=True,
+                                   filters={"container": cid, "event": ["kill", "stop", "destroy"]}))
+    except (docker.errors.DockerException, requests.RequestException):
+        return None  # an engine without the events API: the exit status stands
+    if events:
+        ev = events[0]
+        sig = (ev.get("Actor") or {}).get("Attributes", {}).get("signal")
+        return (f"the test container was sent `{ev.get('Action') or ev.get('status')}`"
+                f"{f' (signal {sig})' if sig else ''} by another process while the tests ran")
+    return None
 
 
 def _create(c: docker.DockerClient, image: str, config: SandboxConfig, *, command: list[str], name: str,
@@ -245,6 +280,7 @@ class PreparedRun:
         self.stdout_report = stdout_report  # the output is the verdict's report: keep it whole (RunOutcome.report)
         self._c = client(http_timeout=config.timeout + 120)
         self._mounted = (Path(testbed), Path(report_dir))
+        self._since = time.time() - 1  # signals sent to the container from here on are seen by go()
         # The guard plugin comes from the host, read-only: the tests can neither change nor replace it.
         mounts = {str(testbed): {"bind": TESTBED, "mode": "rw"}, str(report_dir): {"bind": REPORT, "mode": "rw"},
                   str(GUEST_DIR): {"bind": LIB_MOUNT, "mode": "ro"}}
@@ -337,6 +373,11 @@ class PreparedRun:
             state = c.api.inspect_container(cid)["State"]
             if exit_code is None and not timed_out and not state.get("Running"):
                 exit_code = state.get("ExitCode")
+            if not timed_out and not watch.tripped:
+                outside = _killed_from_outside(c, cid, state, self._since)
+                if outside:
+                    raise SandboxInfraError(f"{outside}; the run's verdict is lost, not the patch's: re-run the "
+                                            "same command to retry this prediction")
             return RunOutcome(
                 exit_code=None if timed_out else exit_code,
                 output=cap.text(),

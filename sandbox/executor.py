@@ -151,7 +151,7 @@ def _cleanup_node(run_id: str) -> int:
     from sandbox import container as ctr
     from sandbox.workspace import remove_tree, stale_workspaces
 
-    removed = ctr.gc(run_id)
+    removed = ctr.gc(run_id).removed  # the dead worker's containers: their owner process is gone
     for d in stale_workspaces():
         remove_tree(d)
     return len(removed)

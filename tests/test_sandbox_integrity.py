@@ -276,7 +276,7 @@ def test_stale_cleanup_spares_live_owners_and_remove_live_spares_other_calls(tas
         assert left == {other}
     finally:
         ctr.remove_live("call-b")
-        ctr.gc("stale-owner")
+        ctr.gc("stale-owner", force=True)
 
 
 @pytest.mark.docker
