@@ -331,7 +331,7 @@ def _finish(out: ProjectRun, proj: _Project, screened: list[Candidate], stats: d
     prefix = p.repo.replace("/", "__")
     ids = {c.index: f"{prefix}-synth-{c.index}" for c in valid}
     commits = src_mod.write_commits(p, {ids[c.index]: (c.mutation.path, c.mutation.apply(p.sources[c.mutation.path]))
-                                        for c in valid}, "refs/tasks/")
+                                        for c in valid}, src_mod.TASK_REFS)
     reverts = src_mod.diffs(p, commits, reverse=True)
     src_mod.drop_refs(p, [f"refs/synth/candidates/{c.mutation.key}" for c in screened])
     for c in valid:

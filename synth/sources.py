@@ -8,8 +8,10 @@ committer and date, so the base commit is the same on every machine. Its reposit
 `rev`): only that commit is copied (`sandbox.integrity.gitsafe.export_commit`); it is named `<owner>/<name>` when
 its directory is called `<owner>__<name>`, else `local/<dir name>`.
 
-Each task's broken tree is a commit on top of the base (`refs/tasks/<instance id>`), written by one
-`git fast-import` per batch; its diffs come from one `git diff-tree --stdin`. Every consumer of the repository
+Each task's broken tree is a commit on top of the base, on a branch of its own named by its instance id
+(`TASK_REFS`, as SWE-smith keeps one branch per task: a plain `git clone` brings every task and can check out
+its `base_commit`, and `git gc` keeps them), written by one `git fast-import` per batch; its diffs come from one
+`git diff-tree --stdin`. Every consumer of the repository
 (`gagar eval`, the grader, the agent) copies only the task's own commit (depth 1), so the parent — the fixed
 code — never reaches a policy. All git runs through `sandbox.integrity.gitsafe` on repositories gagar made.
 """
@@ -33,6 +35,7 @@ FIXED_TIME = "1705320000 +0000"  # 2024-01-15T12:00:00Z, as the bundled tasks
 IDENTITY = {"GIT_AUTHOR_NAME": "Gagar Synth", "GIT_AUTHOR_EMAIL": "synth@gagar.invalid",
             "GIT_COMMITTER_NAME": "Gagar Synth", "GIT_COMMITTER_EMAIL": "synth@gagar.invalid",
             "GIT_AUTHOR_DATE": f"@{FIXED_TIME}", "GIT_COMMITTER_DATE": f"@{FIXED_TIME}"}
+TASK_REFS = "refs/heads/"  # each task's commit: branch `<instance id>` (the clean base is `main`)
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./+-]*$")
 NOT_LIBRARY = re.compile(r"(^|/)(tests?|testing|docs?|examples?|benchmarks?|bench|scripts?|tools|\.[^/]*)/"
                          r"|(^|/)(test_[^/]*|[^/]*_tests?|conftest|setup|noxfile|fabfile|tasks|_version|version)\.py$")

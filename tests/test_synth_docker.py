@@ -108,7 +108,7 @@ def test_synth_resumes_after_an_interrupt_skips_bad_inputs_and_validates(tmp_pat
                              env=env, capture_output=True, text=True, timeout=300)
     assert rebuilt.returncode == 0 and "all as in the set" in rebuilt.stderr, rebuilt.stderr[-3000:]
     for row in rows:
-        ref = f"refs/tasks/{row['instance_id']}"
+        ref = f"refs/heads/{row['instance_id']}"  # its branch
         shas = [subprocess.run(["git", "-C", str(d / "repos" / "acme__lru"), "rev-parse", ref], capture_output=True,
                                text=True, check=True).stdout.strip() for d in (out, tmp_path / "rebuilt")]
         assert shas == [row["base_commit"]] * 2

@@ -240,3 +240,50 @@ def test_tests_named_for_time_limits_are_never_listed() -> None:
     g = group_for(prepared, base, {}, "pkg/s.py", "f", (1, 5))
     assert g.tests == [ok] and g.instance.PASS_TO_PASS == [ok] and "timeout" not in g.instance.test_cmd
     assert group_for(prepared, base, {}, "pkg/s.py", "g", (8, 9)).tests == []
+
+
+def test_every_task_commit_is_on_a_branch_a_plain_clone_can_check_out(tmp_path: Path) -> None:
+    """`gagar tasks repos` (and the factory, through the same `write_commits`) puts each task's commit on a
+    branch named by its instance id: `git clone` brings them all, `git checkout <base_commit>` works, and
+    `git gc --prune=now` keeps them. A ref outside refs/heads and refs/tags reached none of that."""
+    import subprocess
+
+    from synth.rebuild import rebuild
+    from synth.sources import diffs, write_commits
+
+    src = _git_repo(tmp_path / "acme__calc", {"calc/core.py": "def add(a, b):\n    return a + b\n\n\n"
+                                                             "def neg(a):\n    if a > 0:\n        return -a\n"
+                                                             "    return 0 - a\n",
+                                              "tests/test_core.py": "def test_add():\n    pass\n"})
+    scratch = prepare(Source(path=str(src)), tmp_path / "scratch", {})
+    muts = find_mutations("calc/core.py", scratch.sources["calc/core.py"])[:3]
+    ids = [f"acme__calc-synth-{i}" for i in range(len(muts))]
+    pairs = list(zip(ids, muts, strict=True))
+    commits = write_commits(scratch, {iid: (m.path, m.apply(scratch.sources[m.path])) for iid, m in pairs},
+                            "refs/scratch/")
+    reverts = diffs(scratch, commits, reverse=True)
+    sset = tmp_path / "set"
+    sset.mkdir()
+    (sset / "manifest.json").write_text(json.dumps({"sources": [{"path": str(src), "repo": "acme/calc",
+                                                                 "status": "ok", "base_commit": scratch.base_commit}]}))
+    (sset / "instances.jsonl").write_text("".join(json.dumps({"instance_id": iid, "repo": "acme/calc",
+                                                              "base_commit": commits[iid], "patch": reverts[iid]}) + "\n"
+                                                  for iid in ids))
+    (sset / "tasks_meta.jsonl").write_text("".join(json.dumps({"instance_id": iid, "path": m.path, "key": m.key,
+                                                               "kind": m.kind}) + "\n" for iid, m in pairs))
+    done = rebuild(sset, tmp_path / "out")
+    assert done.mismatches == [] and done.tasks == {"acme/calc": 3}
+    repo = tmp_path / "out" / "repos" / "acme__calc"
+
+    def git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-c", "advice.detachedHead=false", *args], cwd=cwd, capture_output=True,
+                              text=True)
+
+    assert git(repo, "gc", "-q", "--prune=now").returncode == 0
+    clone = tmp_path / "clone"
+    assert git(tmp_path, "clone", "-q", str(repo), str(clone)).returncode == 0
+    for iid in ids:
+        got = git(clone, "checkout", "-q", commits[iid])
+        assert got.returncode == 0, got.stderr
+        assert git(clone, "rev-parse", "HEAD").stdout.strip() == commits[iid]
+        assert git(clone, "rev-parse", f"origin/{iid}").stdout.strip() == commits[iid]
