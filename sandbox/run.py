@@ -297,20 +297,24 @@ def evaluate_predictions(
     stop: threading.Event | None = None,
     env_specs: dict | None = None,
     require_fail_to_pass: bool = True,
+    resume_notes: bool = True,
 ) -> list[EvalResult]:
     """Evaluate `predictions` against `instances`; returns one result per known prediction, in input order.
     With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished.
     `on_result` sees each new result as it is recorded; setting `stop` ends the run early (results so far
     are kept), as Ctrl-C does — the Ray executor's workers use both. An instance without FAIL_TO_PASS is an
     `InputError` (a ValueError) before anything runs (`sandbox.inputs.check_runnable`), unless
-    `require_fail_to_pass=False`: a run that derives the lists from the test statuses, not a verdict."""
+    `require_fail_to_pass=False`: a run that derives the lists from the test statuses, not a verdict.
+    `resume_notes=False` keeps `gagar eval`'s notes on what a re-run reuses (they name its `--redo`) off stderr:
+    for a caller that resumes its own runs (`gagar tasks synth`)."""
     if not isinstance(instances, Mapping):
         instances = {i.instance_id: i for i in instances}
     if config.repos_dir is None:
         raise ValueError("SandboxConfig.repos_dir is required")
     t_start = time.monotonic()
     run_dir = Path(run_dir) if run_dir is not None else None
-    start = start_run(instances, predictions, image=config.image, run_dir=run_dir, redo=redo, say=_say,
+    start = start_run(instances, predictions, image=config.image, run_dir=run_dir, redo=redo,
+                      say=_say if resume_notes else (lambda _msg: None),
                       fail_to_pass=require_fail_to_pass)
     known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
                                                  start.writer, start.done)

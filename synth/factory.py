@@ -131,7 +131,8 @@ class _Project:
         # The factory's runs derive FAIL_TO_PASS from the test statuses (the candidates have none yet): a
         # measurement, not a verdict, so the sandbox's refusal of instances without it does not apply.
         got = evaluate_predictions(self.instances, list(self.preds.values()), config, run_dir=self.run_dir,
-                                   progress=False, stop=self.opts.stop, require_fail_to_pass=False)
+                                   progress=False, stop=self.opts.stop, require_fail_to_pass=False,
+                                   resume_notes=False)  # the factory resumes its own runs: no `--redo` to name
         if self.opts.stop.is_set():
             raise Interrupted
         self.results = {r.key: r for r in got}

@@ -222,12 +222,36 @@ def prepare(source: Source, out: Path, state: dict[str, Any]) -> Prepared:
                 raise SourceError(f"cannot copy {path} at {base[:12]}: {exc}") from exc
     modes, texts = _library_files(clone, base)
     files = _tracked(clone, base)
-    tests = [p for p in files if TEST_FILE.search(p)]
-    if not tests:
-        raise SourceError("it ships no tests (no test_*.py or *_test.py file)")
+    tests = test_files(files, source.tests)
     if not texts:
         raise SourceError("it has no Python source files outside its tests")
     return Prepared(source, repo, clone, base, version, sha256, texts, modes, tests, files)
+
+
+def test_files(files: list[str], given: list[str]) -> list[str]:
+    """The test files pytest would collect: under each given path (`--tests`, a source's `tests`), the files it
+    names itself and the `test_*.py` / `*_test.py` files below it; with none given, those anywhere. A project
+    whose tests are named otherwise (unittest's `test*.py`: pytimeparse's `tests/testtimeparse.py`) is told
+    which files look like tests and how to name them; SourceError when there are none."""
+    roots = [g.split("::", 1)[0].strip("/") for g in given]
+    if not roots:
+        found = [p for p in files if TEST_FILE.search(p)]
+    else:
+        found = [p for p in files if p.endswith(".py") and any(
+            p == r or ((r in ("", ".") or p.startswith(r + "/")) and TEST_FILE.search(p)) for r in roots)]
+    if found:
+        return found
+    named = [p for p in files if re.search(r"(^|/)test[^/]*\.py$", p) and not p.endswith("__init__.py")]
+    if roots:
+        there = [p for p in named if any(r in ("", ".") or p.startswith(r + "/") for r in roots)]
+        hint = f"; test files there: {', '.join(there[:3])} — name the files themselves" if there else ""
+        raise SourceError(f"no test file under the given test paths {', '.join(given)} (pytest collects "
+                          f"test_*.py or *_test.py files in a directory, and any .py file named directly{hint})")
+    if named:
+        raise SourceError(f"its tests are not named as pytest finds them (test_*.py or *_test.py): "
+                          f"{', '.join(named[:3])}{' …' if len(named) > 3 else ''}; name them with --tests (a "
+                          "source's `tests`)")
+    raise SourceError("it ships no tests (no test_*.py or *_test.py file)")
 
 
 def _has_commit(clone: Path, sha: str) -> bool:

@@ -66,6 +66,7 @@ def test_synth_resumes_after_an_interrupt_skips_bad_inputs_and_validates(tmp_pat
     # 2. The re-run resumes: nothing finished is run again, every run is recorded once.
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "--redo" not in done.stderr, done.stderr[-3000:]  # gagar eval's resume notes name an option synth lacks
     manifest = json.loads((out / "manifest.json").read_text())
     by_repo = {s["repo"]: s for s in manifest["sources"]}
     lru = by_repo["acme/lru"]

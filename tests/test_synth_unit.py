@@ -287,3 +287,29 @@ def test_every_task_commit_is_on_a_branch_a_plain_clone_can_check_out(tmp_path: 
         assert got.returncode == 0, got.stderr
         assert git(clone, "rev-parse", "HEAD").stdout.strip() == commits[iid]
         assert git(clone, "rev-parse", f"origin/{iid}").stdout.strip() == commits[iid]
+
+
+def test_tests_named_otherwise_are_found_when_named_and_a_run_with_no_task_fails_once_said(tmp_path: Path,
+                                                                                            capsys) -> None:
+    """pytimeparse ships `pytimeparse/tests/testtimeparse.py` (unittest's naming): not "no tests" but a reason
+    that names the file and `--tests`, and `--tests FILE` makes it a test file. A run in which every source is
+    skipped exits 1, saying why, and each reason is printed once."""
+    files = {"timeparse/core.py": "def parse(s):\n    return int(s)\n",
+             "timeparse/tests/__init__.py": "",
+             "timeparse/tests/testcore.py": "import unittest\n\n\nclass T(unittest.TestCase):\n"
+                                            "    def test_parse(self):\n        self.assertEqual(1, 1)\n"}
+    repo = _git_repo(tmp_path / "acme__timeparse", files)
+    with pytest.raises(SourceError, match=r"not named as pytest finds them.*timeparse/tests/testcore.py.*--tests"):
+        prepare(Source(path=str(repo)), tmp_path / "out", {})
+    got = prepare(Source(path=str(repo), tests=["timeparse/tests/testcore.py"]), tmp_path / "out", {})
+    assert got.test_files == ["timeparse/tests/testcore.py"] and list(got.sources) == ["timeparse/core.py"]
+    with pytest.raises(SourceError, match="name the files themselves"):
+        prepare(Source(path=str(repo), tests=["timeparse/tests"]), tmp_path / "out", {})
+
+    other = _git_repo(tmp_path / "acme__other", {"lib.py": "def f():\n    return 1\n"})
+    for quiet in ([], ["--quiet"]):
+        rc = cli.main(["synth", "--repo", str(repo), "--repo", str(other), "--out", str(tmp_path / "run"), *quiet])
+        err = capsys.readouterr().err
+        assert rc == 1, err
+        assert "no task was made: every source was skipped" in err
+        assert err.count("--tests") == 1 and err.count("ships no tests") == 1, err
