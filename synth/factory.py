@@ -171,7 +171,17 @@ class _Project:
             g = val.group_for(self.p, base, self.env, m.path, m.function, m.func_lines, self.opts.cpu_limit)
             self.groups[key] = g
             self.instances[g.gid] = g.instance
+            self.instances[g.clock.instance_id] = g.clock  # type: ignore[union-attr]
         return self.groups[key]
+
+    def bug_run(self, c: Candidate, k: int) -> tuple[str, str]:
+        """The (instance, rollout) of a bug's k-th run: the last repeat runs under the shifted clock."""
+        iid = c.group.clock.instance_id if k == self.opts.repeats and k > 1 else c.group.gid  # type: ignore[union-attr]
+        return iid, f"bug-{c.mutation.key}-{k}"
+
+    def clean_run(self, c: Candidate) -> tuple[str, str]:
+        """The group's own clean run, under the shifted clock (the baseline and suite runs see the real one)."""
+        return c.group.clock.instance_id, "clean-1"  # type: ignore[union-attr]
 
     def screen(self, batch: list[Candidate], timeout: float) -> None:
         changes = {c.mutation.key: (c.mutation.path, c.mutation.apply(self.p.sources[c.mutation.path]))
@@ -184,7 +194,7 @@ class _Project:
             self.preds[pred.instance_id, pred.rollout_id] = pred
         self.evaluate(timeout)
         for c in batch:
-            c.fail, c.dropped = val.screen_verdict(self.results.get((c.group.gid, f"bug-{c.mutation.key}-1")),
+            c.fail, c.dropped = val.screen_verdict(self.results.get(self.bug_run(c, 1)),
                                                    self.opts.max_fail, self.base_times)
             c.survived = c.dropped is None
 
@@ -192,17 +202,16 @@ class _Project:
         r = self.opts.repeats
         for c in batch:
             for k in range(2, r + 1):
-                pred = val.bug_prediction(c.group.gid, c.mutation.key, c.patch, k)
+                pred = val.bug_prediction(self.bug_run(c, k)[0], c.mutation.key, c.patch, k)
                 self.preds[pred.instance_id, pred.rollout_id] = pred
             if c.group.gid not in self.repeated_groups:
                 self.repeated_groups.add(c.group.gid)
-                pred = val.clean_prediction(c.group.gid, 1)
+                pred = val.clean_prediction(self.clean_run(c)[0], 1)
                 self.preds[pred.instance_id, pred.rollout_id] = pred
         self.evaluate(timeout)
         for c in batch:
-            gid = c.group.gid
-            bug = [self.results.get((gid, f"bug-{c.mutation.key}-{k}")) for k in range(1, r + 1)]
-            clean = [self.results.get((gid, "clean-1")), val.project(self.baseline_run, c.group.tests, self.passing),
+            bug = [self.results.get(self.bug_run(c, k)) for k in range(1, r + 1)]
+            clean = [self.results.get(self.clean_run(c)), val.project(self.baseline_run, c.group.tests, self.passing),
                      *(val.project(s, c.group.tests) for s in self.suite_runs)]
             if any(x is None for x in [*bug, *clean]):
                 c.dropped = "repeats did not finish"
@@ -339,7 +348,7 @@ def _finish(out: ProjectRun, proj: _Project, screened: list[Candidate], stats: d
         iid = ids[c.index]
         assert commits[iid] == c.commit, "a task's commit must be the candidate's"
         v = c.verdict or {}
-        runs = [proj.results.get((c.group.gid, f"bug-{c.mutation.key}-{k}")) for k in range(1, opts.repeats + 1)]
+        runs = [proj.results.get(proj.bug_run(c, k)) for k in range(1, opts.repeats + 1)]
         messages = stable_messages([val.failure_messages(Path(r.log_path or "") / "report") for r in runs if r])
         try:
             statement = problem_statement(p.repo.split("/", 1)[1], v["FAIL_TO_PASS"], messages, reverts[iid])
