@@ -149,18 +149,19 @@ class Resume:
         return out
 
 
-def resume_done(writer: ResultWriter, keys: dict[tuple[str, str], str], *, redo: bool) -> Resume:
+def resume_done(writer: ResultWriter, keys: dict[tuple[str, str], str], *, redo: bool, prune: bool = True) -> Resume:
     """What a (re-)run may skip: the finished results in `writer`'s file whose verdict key is still the one in
     `keys` ((instance_id, rollout_id) → verdict_key). `redo` drops every one of `keys` first. A line whose key
     differs (the same ids, another patch or instance) is dropped and redone, never reported: its verdict is
     about something else. An infra_error says nothing about the patch (the engine died, a worker was lost, an
     image was missing): it is dropped too, so the re-run retries it and replaces its line. Lines of predictions
     that are not in `keys` (removed from the input since) are dropped as well: the file is rewritten, atomically,
-    to hold one line per current prediction, so results.jsonl and report.json always describe the same run."""
+    to hold one line per current prediction, so results.jsonl and report.json always describe the same run
+    (`prune=False`: a caller that evaluates a growing set into one file keeps the other lines for later)."""
     if redo:
         writer.drop(set(keys))
     found = read_results(writer.path)
-    out = Resume(gone=sorted(k for k in found if k not in keys))
+    out = Resume(gone=sorted(k for k in found if k not in keys) if prune else [])
     drop = set(out.gone)
     for k, want in keys.items():
         r = found.get(k)
@@ -177,7 +178,10 @@ def resume_done(writer: ResultWriter, keys: dict[tuple[str, str], str], *, redo:
             continue
         drop.add(k)
     out.done = {k: r for k, r in found.items() if k not in drop}
-    writer.retain(set(out.done))
+    if prune:
+        writer.retain(set(out.done))
+    elif drop:
+        writer.drop(drop)
     return out
 
 
@@ -194,7 +198,7 @@ class RunStart:
 
 
 def start_run(instances: Any, predictions: list[Prediction], *, image: str | None, run_dir: Path | None,
-              redo: bool, say: Any = print, fail_to_pass: bool = True) -> RunStart:
+              redo: bool, say: Any = print, fail_to_pass: bool = True, prune: bool = True) -> RunStart:
     """The common start of every executor's run: refuse instances that cannot give an honest verdict, key each
     prediction by what decides its verdict, and take over the finished results a re-run may keep (saying how
     many it keeps and redoes)."""
@@ -209,7 +213,7 @@ def start_run(instances: Any, predictions: list[Prediction], *, image: str | Non
     writer = ResultWriter(run_dir / "results.jsonl") if run_dir is not None else None
     done: dict[tuple[str, str], EvalResult] = {}
     if writer is not None:
-        resume = resume_done(writer, vkeys, redo=redo)
+        resume = resume_done(writer, vkeys, redo=redo, prune=prune)
         done = resume.done
         for msg in resume.messages():
             say(f"gagar eval: {msg}")

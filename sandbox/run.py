@@ -297,7 +297,7 @@ def evaluate_predictions(
     stop: threading.Event | None = None,
     env_specs: dict | None = None,
     require_fail_to_pass: bool = True,
-    resume_notes: bool = True,
+    incremental: bool = False,
 ) -> list[EvalResult]:
     """Evaluate `predictions` against `instances`; returns one result per known prediction, in input order.
     With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished.
@@ -305,8 +305,10 @@ def evaluate_predictions(
     are kept), as Ctrl-C does — the Ray executor's workers use both. An instance without FAIL_TO_PASS is an
     `InputError` (a ValueError) before anything runs (`sandbox.inputs.check_runnable`), unless
     `require_fail_to_pass=False`: a run that derives the lists from the test statuses, not a verdict.
-    `resume_notes=False` keeps `gagar eval`'s notes on what a re-run reuses (they name its `--redo`) off stderr:
-    for a caller that resumes its own runs (`gagar tasks synth`)."""
+    `incremental=True` is for a caller that evaluates a growing set of predictions into one run dir and resumes
+    itself (`gagar tasks synth`): the results of predictions not in this call stay in results.jsonl for its
+    later calls (otherwise the file is made to hold exactly this call's predictions), and `gagar eval`'s notes on
+    what a re-run reuses (they name its `--redo`) stay off stderr."""
     if not isinstance(instances, Mapping):
         instances = {i.instance_id: i for i in instances}
     if config.repos_dir is None:
@@ -314,8 +316,8 @@ def evaluate_predictions(
     t_start = time.monotonic()
     run_dir = Path(run_dir) if run_dir is not None else None
     start = start_run(instances, predictions, image=config.image, run_dir=run_dir, redo=redo,
-                      say=_say if resume_notes else (lambda _msg: None),
-                      fail_to_pass=require_fail_to_pass)
+                      say=(lambda _msg: None) if incremental else _say, fail_to_pass=require_fail_to_pass,
+                      prune=not incremental)
     known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
                                                  start.writer, start.done)
     if writer is not None:  # a run with a report dir may resume one: what a dead earlier process of it left goes

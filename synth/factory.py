@@ -132,7 +132,7 @@ class _Project:
         # measurement, not a verdict, so the sandbox's refusal of instances without it does not apply.
         got = evaluate_predictions(self.instances, list(self.preds.values()), config, run_dir=self.run_dir,
                                    progress=False, stop=self.opts.stop, require_fail_to_pass=False,
-                                   resume_notes=False)  # the factory resumes its own runs: no `--redo` to name
+                                   incremental=True)  # a growing set; a re-run finds its earlier runs there
         if self.opts.stop.is_set():
             raise Interrupted
         self.results = {r.key: r for r in got}

@@ -78,6 +78,11 @@ def test_results_hold_one_line_per_current_prediction(tmp_path: Path) -> None:
     mtime = path.stat().st_mtime_ns
     resume_done(w, {("i", "a"): "k1"}, redo=False)
     assert path.stat().st_mtime_ns == mtime
+    # A caller that evaluates a growing set into one file (the task factory) keeps the other lines for later.
+    w.write(EvalResult("i", "m", "b", "resolved", resolved=True, verdict_key="k2"))
+    res = resume_done(w, {("i", "a"): "k1"}, redo=False, prune=False)
+    assert set(res.done) == {("i", "a"), ("i", "b")} and not res.gone
+    assert len(path.read_text().splitlines()) == 2
 
 
 @pytest.mark.docker
