@@ -33,6 +33,7 @@ from synth.order import Checker, iter_candidates
 from synth.statement import Leak, problem_statement, stable_messages
 
 FORMAT = 1
+INFRA_RETRIES = 2  # extra evaluations of the runs the sandbox failed (infra_error) before they count
 
 
 @dataclass
@@ -130,12 +131,23 @@ class _Project:
                                     run_id=self.run_id)
         # The factory's runs derive FAIL_TO_PASS from the test statuses (the candidates have none yet): a
         # measurement, not a verdict, so the sandbox's refusal of instances without it does not apply.
-        got = evaluate_predictions(self.instances, list(self.preds.values()), config, run_dir=self.run_dir,
-                                   progress=False, stop=self.opts.stop, require_fail_to_pass=False,
-                                   incremental=True)  # a growing set; a re-run finds its earlier runs there
-        if self.opts.stop.is_set():
-            raise Interrupted
-        self.results = {r.key: r for r in got}
+        # A run the sandbox failed (an image build cut short, the engine) says nothing about the bug: decided on,
+        # it would drop a candidate in one synthesis and keep it in the next. It is retried (the sandbox redoes
+        # only infra errors) before anything is decided; one that fails every time is decided as it stands.
+        for attempt in range(1 + INFRA_RETRIES):
+            got = evaluate_predictions(self.instances, list(self.preds.values()), config, run_dir=self.run_dir,
+                                       progress=False, stop=self.opts.stop, require_fail_to_pass=False,
+                                       incremental=True)  # a growing set; a re-run finds its earlier runs there
+            if self.opts.stop.is_set():
+                raise Interrupted
+            self.results = {r.key: r for r in got}
+            broken = [r for p in todo if (r := self.results.get((p.instance_id, p.rollout_id)))
+                      and r.status == "infra_error"]
+            if not broken or attempt == INFRA_RETRIES:
+                break
+            _say(self.opts, f"{self.p.repo}: the sandbox failed {len(broken)} run(s), not their tests (e.g. "
+                            f"{broken[0].instance_id} {broken[0].rollout_id}: {(broken[0].error or '')[:300]}); "
+                            "retrying them")
         self.new_runs += sum(1 for p in todo if (p.instance_id, p.rollout_id) in self.results
                              and (p.instance_id, p.rollout_id) not in reused)
 

@@ -313,3 +313,34 @@ def test_tests_named_otherwise_are_found_when_named_and_a_run_with_no_task_fails
         assert rc == 1, err
         assert "no task was made: every source was skipped" in err
         assert err.count("--tests") == 1 and err.count("ships no tests") == 1, err
+
+
+def test_runs_the_sandbox_failed_are_retried_before_anything_is_decided(tmp_path: Path, monkeypatch) -> None:
+    """An infra_error (an image build cut short, the engine) says nothing about a bug: the factory evaluates
+    again (the sandbox redoes only those) before it decides, so a transient failure cannot drop a candidate in
+    one synthesis and keep it in the next; one that fails every time is decided as it stands."""
+    import sandbox.run
+    from sandbox.records import EvalResult, Prediction
+    from synth import factory
+
+    repo = _git_repo(tmp_path / "acme__calc", {"calc/core.py": "def add(a, b):\n    return a + b\n",
+                                               "tests/test_core.py": "def test_add():\n    pass\n"})
+    prepared = prepare(Source(path=str(repo)), tmp_path / "out", {})
+    calls: list[int] = []
+    failing = {"calls": 0}
+
+    def fake(instances, preds, config, **kw):
+        calls.append(len(preds))
+        status = "infra_error" if len(calls) <= failing["calls"] else "resolved"
+        return [EvalResult(p.instance_id, p.model_name_or_path, p.rollout_id, status, resolved=status == "resolved",
+                           error="the env image build was cut short" if status == "infra_error" else None)
+                for p in preds]
+
+    monkeypatch.setattr(sandbox.run, "evaluate_predictions", fake)
+    for fails, want, n in ((1, "resolved", 2), (5, "infra_error", 1 + factory.INFRA_RETRIES)):
+        calls.clear()
+        failing["calls"] = fails
+        proj = factory._Project(prepared, {"python": "3.11"}, factory.Options(out=tmp_path / "out", progress=False))
+        proj.preds["i", "r"] = Prediction("i", "diff", "m", "r")
+        proj.evaluate(60)
+        assert proj.results["i", "r"].status == want and len(calls) == n
