@@ -270,5 +270,5 @@ def test_a_legacy_editable_install_is_importable_under_swebench_s_pytest_command
     image = plan_instance(rows[0], repo.parent, None, None).image
     out = docker.from_env().containers.run(image, ["bash", "-lc", "pip --version; ls /opt/venv/lib/python3.11/"
                                                    "site-packages; cat /opt/venv/lib/python3.11/site-packages/"
-                                                   "easy-install.pth"], remove=True).decode()
+                                                   "easy-install.pth"], remove=True, network_mode="none").decode()
     assert "pip 23.0.1" in out and "legacypkg.egg-link" in out and "/testbed/src" in out, out
