@@ -125,3 +125,25 @@ def test_rerun_with_changed_patches_gives_fresh_verdicts(bundled_tasks: Path, tm
     rep = json.loads((tmp_path / "out" / "same-id" / "report.json").read_text())
     assert rep["submitted_ids"] == [f"{IID}::a", f"{IID}::b"] and rep["resolved_ids"] == [f"{IID}::b"]
     assert "result line(s) of predictions no longer in the input were removed" in capsys.readouterr().err
+
+
+def test_an_incremental_caller_keeps_its_other_runs_and_gets_no_redo_notes(tmp_path: Path, capsys) -> None:
+    """The task factory evaluates a growing set into one run dir and resumes itself: gagar eval's notes (which
+    name `--redo`, an option `gagar tasks synth` does not have) stay off stderr, and earlier runs stay."""
+    from sandbox.config import SandboxConfig
+    from sandbox.records import Prediction
+    from sandbox.report import ResultWriter, verdict_key
+    from sandbox.run import evaluate_predictions
+
+    run = tmp_path / "run"
+    w = ResultWriter(run / "results.jsonl")
+    for rid in ("a", "b"):
+        w.write(EvalResult(INST.instance_id, "m", rid, "resolved", resolved=True, verdict_key=verdict_key(INST, "d")))
+    cfg = SandboxConfig(repos_dir=tmp_path, run_id="incremental")
+    got = evaluate_predictions([INST], [Prediction(INST.instance_id, "d", "m", "a")], cfg, run_dir=run,
+                               incremental=True)
+    assert [r.rollout_id for r in got] == ["a"] and "--redo" not in capsys.readouterr().err
+    assert len((run / "results.jsonl").read_text().splitlines()) == 2
+    evaluate_predictions([INST], [Prediction(INST.instance_id, "d", "m", "a")], cfg, run_dir=run)
+    assert "--redo" in capsys.readouterr().err  # gagar eval's own run says how to redo
+    assert len((run / "results.jsonl").read_text().splitlines()) == 1
