@@ -183,17 +183,17 @@ class _Project:
             g = val.group_for(self.p, base, self.env, m.path, m.function, m.func_lines, self.opts.cpu_limit)
             self.groups[key] = g
             self.instances[g.gid] = g.instance
-            self.instances[g.clock.instance_id] = g.clock  # type: ignore[union-attr]
+            self.instances[g.clock.instance_id] = g.clock
         return self.groups[key]
 
     def bug_run(self, c: Candidate, k: int) -> tuple[str, str]:
         """The (instance, rollout) of a bug's k-th run: the last repeat runs under the shifted clock."""
-        iid = c.group.clock.instance_id if k == self.opts.repeats and k > 1 else c.group.gid  # type: ignore[union-attr]
+        iid = c.group.clock.instance_id if k == self.opts.repeats and k > 1 else c.group.gid
         return iid, f"bug-{c.mutation.key}-{k}"
 
     def clean_run(self, c: Candidate) -> tuple[str, str]:
         """The group's own clean run, under the shifted clock (the baseline and suite runs see the real one)."""
-        return c.group.clock.instance_id, "clean-1"  # type: ignore[union-attr]
+        return c.group.clock.instance_id, "clean-1"
 
     def screen(self, batch: list[Candidate], timeout: float) -> None:
         changes = {c.mutation.key: (c.mutation.path, c.mutation.apply(self.p.sources[c.mutation.path]))

@@ -297,7 +297,7 @@ class Group:
     gid: str
     instance: Instance
     tests: list[str]  # the baseline-passing tests the command runs (PASS_TO_PASS of the screening instance)
-    clock: Instance | None = None
+    clock: Instance
 
 
 def clock_env(env: dict[str, Any]) -> dict[str, Any]:
