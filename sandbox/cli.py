@@ -240,11 +240,11 @@ def sandbox_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import docker.errors
 
-    from sandbox import container
+    from sandbox import cleanup
     from sandbox.workspace import remove_tree, stale_workspaces
 
     try:
-        done = container.gc(args.run_id, force=args.force)
+        done = cleanup.gc(args.run_id, force=args.force)
     except docker.errors.DockerException as exc:
         return _err("gagar sandbox gc", f"cannot reach the Docker engine ({exc})")
     print(f"removed {len(done.removed)} container(s)" + (": " + ", ".join(done.removed) if done.removed else ""))

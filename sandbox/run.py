@@ -25,6 +25,7 @@ import docker.errors
 import requests
 
 from sandbox import container as ctr
+from sandbox.cleanup import remove_stale
 from sandbox.config import SandboxConfig
 from sandbox.env.image import prepare_images
 from sandbox.env.images import ImageError
@@ -322,7 +323,7 @@ def evaluate_predictions(
     known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
                                                  start.writer, start.done)
     if writer is not None:  # a run with a report dir may resume one: what a dead earlier process of it left goes
-        ctr.remove_stale(config.run_id)
+        remove_stale(config.run_id)
         for stale in stale_workspaces(run_id=config.run_id):
             remove_tree(stale)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]
