@@ -3,39 +3,45 @@
 `pip download` of an sdist prepares its metadata, which runs the project's `setup.py` or PEP 517 backend on
 the host (a documented pip behaviour), before any hash could be checked: any package named to `gagar tasks
 synth` — or a compromised release of a pinned one — would execute outside the sandbox. Here the archive is
-only downloaded: the index's project page (PEP 691 JSON, or PEP 503 HTML) names each file with its URL and
-sha256; the file is streamed into a temporary file while it is hashed, and only a file whose hash matches the
-index's (and the source's pin, when it has one) is renamed into place, where `synth.sources.unpack` reads it.
+only downloaded: the index's project page (PEP 691 JSON, or PEP 503 HTML; read by pypi-simple) names each file
+with its URL and sha256; the file is streamed into a temporary file while it is hashed (pypi-simple's checked
+download, which deletes a file whose digest differs), and only a file whose hash matches the index's (and the
+source's pin, when it has one) is renamed into place, where `synth.sources.unpack` reads it.
 
 The indexes are pip's own: `index-url` and `extra-index-url` as `pip config list` reports them (environment
 variables such as `PIP_INDEX_URL` included, in pip's precedence: environment, then `[download]`, then
 `[global]`), `https://pypi.org/simple` when none is set; `cert` is the CA bundle for HTTPS. `file://` indexes
-(a local mirror) are read as pip reads them. Two indexes that serve different files under one name for the
-same version are refused unless the source pins the sha256 (a dependency-confusion guard).
+(a local mirror, through requests-file) are read as pip reads them. Two indexes that serve different files
+under one name for the same version are refused unless the source pins the sha256 (a dependency-confusion
+guard).
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
-from html.parser import HTMLParser
+from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import unquote, urldefrag, urljoin, urlparse
-from urllib.request import url2pathname
 
 import requests
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
+from pypi_simple import (
+    ACCEPT_ANY,
+    DigestMismatchError,
+    DistributionPackage,
+    ProjectPage,
+    PyPISimple,
+    UnsupportedContentTypeError,
+    UnsupportedRepoVersionError,
+)
+from requests_file import FileAdapter
 
 DEFAULT_INDEX = "https://pypi.org/simple"
-ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 MAX_BYTES = 256 << 20  # an sdist larger than this is not a project to mutate (and must not fill the disk)
 _SECTIONS = (":env:", "download", "global")  # pip's precedence for `pip download`: later sections lose
 
@@ -53,10 +59,18 @@ class IndexConfig:
 
 @dataclass(frozen=True)
 class SdistFile:
-    filename: str
-    url: str
-    sha256: str | None
+    """A file of a project page, and the index that listed it."""
+
+    pkg: DistributionPackage
     index: str
+
+    @property
+    def filename(self) -> str:
+        return self.pkg.filename
+
+    @property
+    def sha256(self) -> str | None:
+        return self.pkg.digests.get("sha256")
 
 
 def pip_config(env: dict[str, str] | None = None) -> IndexConfig:
@@ -91,73 +105,31 @@ def pip_config(env: dict[str, str] | None = None) -> IndexConfig:
     return IndexConfig(tuple(dict.fromkeys(main[:1] + extra)), cert or True, timeout)
 
 
-class _Links(HTMLParser):
-    """PEP 503: each `<a href="URL#sha256=…">filename</a>` of a project page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []
-        self._href: str | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href, self._text = dict(attrs).get("href"), []
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href, "".join(self._text).strip()))
-            self._href = None
-
-
-def _read_page(url: str, cfg: IndexConfig) -> tuple[str, str] | None:
-    """(content type, text) of an index's project page; None when the index does not have the project."""
-    if url.startswith("file:"):
-        path = Path(url2pathname(urlparse(url).path))
-        page = path / "index.html" if path.is_dir() else path
-        if not page.is_file():
-            return None
-        return "text/html", page.read_text(encoding="utf-8", errors="replace")
-    try:
-        r = requests.get(url, headers={"Accept": ACCEPT}, timeout=cfg.timeout, verify=cfg.cert)
-    except requests.RequestException as exc:
-        raise FetchError(f"cannot reach the package index {url} ({type(exc).__name__}: {exc})") from exc
-    if r.status_code == 404:
-        return None
-    if r.status_code != 200:
-        raise FetchError(f"the package index answered {r.status_code} for {url}")
-    return r.headers.get("Content-Type", "text/html").split(";")[0].strip(), r.text
+def _client(index: str, cfg: IndexConfig) -> PyPISimple:
+    session = requests.Session()
+    session.verify = cfg.cert
+    session.mount("file://", FileAdapter())  # a local mirror, read as pip reads it
+    return PyPISimple(index, session=session)
 
 
 def _files(index: str, project: str, cfg: IndexConfig) -> list[SdistFile]:
-    page_url = f"{index.rstrip('/')}/{canonicalize_name(project)}/"
-    got = _read_page(page_url, cfg)
-    if got is None:
-        return []
-    kind, text = got
-    out = []
-    if kind == "application/vnd.pypi.simple.v1+json":
-        try:
-            rows = json.loads(text).get("files", [])
-        except (ValueError, AttributeError) as exc:
-            raise FetchError(f"the package index page {page_url} is not valid PEP 691 JSON ({exc})") from exc
-        for row in rows:
-            if isinstance(row, dict) and isinstance(row.get("url"), str) and isinstance(row.get("filename"), str):
-                hashes = row.get("hashes") if isinstance(row.get("hashes"), dict) else {}
-                out.append(SdistFile(row["filename"], urljoin(page_url, row["url"]), hashes.get("sha256"), index))
-        return out
-    parser = _Links()
-    parser.feed(text)
-    for href, label in parser.links:
-        url, frag = urldefrag(urljoin(page_url, href))
-        digest = dict(p.split("=", 1) for p in frag.split("&") if "=" in p).get("sha256")
-        name = label or unquote(urlparse(url).path.rsplit("/", 1)[-1])
-        out.append(SdistFile(name, url, digest, index))
-    return out
+    """The files on `index`'s project page (pypi-simple parses PEP 691 JSON and PEP 503 HTML alike)."""
+    client = _client(index, cfg)
+    url = client.get_project_url(project)
+    if url.startswith("file:"):
+        url += "index.html"  # a directory of a local index: its page, as pip reads it
+    try:
+        r = client.s.get(url, headers={"Accept": ACCEPT_ANY}, timeout=cfg.timeout)
+        if r.status_code == 404:
+            return []
+        if r.status_code != 200:
+            raise FetchError(f"the package index answered {r.status_code} for {url}")
+        page = ProjectPage.from_response(r, project)
+    except requests.RequestException as exc:
+        raise FetchError(f"cannot reach the package index {url} ({type(exc).__name__}: {exc})") from exc
+    except (UnsupportedContentTypeError, UnsupportedRepoVersionError, ValueError) as exc:
+        raise FetchError(f"the package index page {url} is not a simple-API project page ({exc})") from exc
+    return [SdistFile(p, index) for p in page.packages]
 
 
 def find_sdist(name: str, version: str, cfg: IndexConfig, pinned: str | None = None) -> SdistFile:
@@ -194,51 +166,54 @@ def find_sdist(name: str, version: str, cfg: IndexConfig, pinned: str | None = N
     return best
 
 
+class _Cap:
+    """pypi-simple's progress hook, used as a size cap: raising in it deletes the partial download."""
+
+    def __init__(self, filename: str, total: int | None) -> None:
+        self.filename, self.size = filename, 0
+        self.update(total or 0)
+
+    def __enter__(self) -> _Cap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, increment: int) -> None:
+        self.size += increment
+        if self.size > MAX_BYTES:
+            raise FetchError(f"{self.filename} is larger than {MAX_BYTES >> 20} MiB: not downloaded")
+
+
 def download(f: SdistFile, dest: Path, cfg: IndexConfig, pinned: str | None = None) -> tuple[Path, str]:
-    """`f` into `dest`, hashed while it streams into a temporary file there: only a file whose sha256 is the
-    index's (and the pin) is renamed to its name; anything else is deleted before anything reads it."""
-    want = [h.lower() for h in (f.sha256, pinned) if h]
-    if not want:
-        raise FetchError(f"no sha256 to check {f.filename} against")
+    """`f` into `dest`, hashed while it streams into a temporary file there (pypi-simple's checked download):
+    only a file whose sha256 is the index's and the pin is renamed to its name; anything else is deleted
+    before anything reads it."""
+    want = {h.lower() for h in (f.sha256, pinned) if h}
+    if len(want) != 1:
+        raise FetchError(f"no sha256 to check {f.filename} against" if not want else
+                         f"{f.filename}: the index's sha256 {f.sha256} is not the pinned {pinned}")
+    [sha] = want
     safe = Path(f.filename).name
     if safe != f.filename or not re.fullmatch(r"[\w.+!-]+", safe):
         raise FetchError(f"the package index names a file {f.filename!r}: not a plain file name")
     dest.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    size = 0
     fd, tmp = tempfile.mkstemp(prefix=f".{safe}.", suffix=".part", dir=dest)
+    os.close(fd)
+    pkg = replace(f.pkg, digests={**f.pkg.digests, "sha256": sha})
     try:
-        with os.fdopen(fd, "wb") as out:
-            for chunk in _stream(f.url, cfg):
-                size += len(chunk)
-                if size > MAX_BYTES:
-                    raise FetchError(f"{f.filename} is larger than {MAX_BYTES >> 20} MiB: not downloaded")
-                digest.update(chunk)
-                out.write(chunk)
-        got = digest.hexdigest()
-        if any(got != h for h in want):
-            raise FetchError(f"{f.filename} from {f.index} has sha256 {got}, not the expected "
-                             f"{' / '.join(dict.fromkeys(want))}: the download is deleted, nothing was unpacked")
+        _client(f.index, cfg).download_package(pkg, tmp, progress=lambda total: _Cap(safe, total),
+                                               timeout=cfg.timeout)
         target = dest / safe
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the sdists folder is shared like the repositories
+        os.chmod(tmp, 0o644)  # the sdists folder is shared like the repositories
         os.replace(tmp, target)
-        return target, got
+        return target, sha
+    except DigestMismatchError as exc:
+        raise FetchError(f"{f.filename} from {f.index} has {exc.algorithm} {exc.actual_digest}, not the expected "
+                         f"{exc.expected_digest}: the download is deleted, nothing was unpacked") from exc
+    except requests.HTTPError as exc:
+        raise FetchError(f"the package index answered {exc.response.status_code} for {pkg.url}") from exc
+    except requests.RequestException as exc:
+        raise FetchError(f"the download of {pkg.url} failed ({type(exc).__name__}: {exc})") from exc
     finally:
         Path(tmp).unlink(missing_ok=True)
-
-
-def _stream(url: str, cfg: IndexConfig):
-    if url.startswith("file:"):
-        try:
-            with open(url2pathname(urlparse(url).path), "rb") as fh:
-                yield from iter(lambda: fh.read(1 << 16), b"")
-        except OSError as exc:
-            raise FetchError(f"cannot read {url}: {exc.strerror or exc}") from exc
-        return
-    try:
-        with requests.get(url, stream=True, timeout=cfg.timeout, verify=cfg.cert) as r:
-            if r.status_code != 200:
-                raise FetchError(f"the package index answered {r.status_code} for {url}")
-            yield from r.iter_content(1 << 16)
-    except requests.RequestException as exc:
-        raise FetchError(f"the download of {url} failed ({type(exc).__name__}: {exc})") from exc

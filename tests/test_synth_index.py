@@ -156,3 +156,34 @@ def test_gagar_tasks_synth_sdist_never_runs_the_build_code(index, tmp_path: Path
     assert "ships no tests" in manifest["sources"][0]["reason"], manifest["sources"][0]
     [got] = (tmp_path / "out" / "sdists").iterdir()
     assert got.name == "evilpkg-1.0.tar.gz" and hashlib.sha256(got.read_bytes()).hexdigest() == idx.advertised
+
+
+def test_a_local_file_index_is_read_as_pip_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `file://` index (a local mirror: one directory per project holding its index.html, links relative to
+    it) serves the sdist as an HTTP index does; a project it lacks is 'no sdist', not an error."""
+    marker = tmp_path / "MARKER-build-code-ran"
+    sdist = _evil_sdist(marker)
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "evilpkg-1.0.tar.gz").write_bytes(sdist)
+    page = tmp_path / "simple" / "evilpkg" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(f'<!DOCTYPE html><html><body><a href="../../files/evilpkg-1.0.tar.gz#sha256='
+                    f'{hashlib.sha256(sdist).hexdigest()}">evilpkg-1.0.tar.gz</a></body></html>')
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    got = src_mod.prepare(src_mod.Source(sdist="evilpkg==1.0"), tmp_path / "out", {})
+    assert got.sha256 == hashlib.sha256(sdist).hexdigest() and got.test_files == ["tests/test_f.py"]
+    assert not marker.exists()
+    with pytest.raises(FetchError, match="no sdist of otherpkg==1.0"):
+        find_sdist("otherpkg", "1.0", pip_config())
+
+
+def test_an_oversized_download_is_cut_off_and_deleted(index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from synth import index as index_mod
+
+    idx, marker = index
+    monkeypatch.setattr(index_mod, "MAX_BYTES", len(idx.sdist) - 1)
+    with pytest.raises(src_mod.SourceError, match="larger than"):
+        src_mod.prepare(src_mod.Source(sdist="evilpkg==1.0"), tmp_path / "out", {})
+    assert not any((tmp_path / "out" / "sdists").iterdir()) and not marker.exists()
