@@ -16,7 +16,7 @@ class BackendError(RuntimeError):
 @dataclass
 class Sample:
     token_ids: list[int]  # the completion only, as sampled (eos included when the model emitted it)
-    text: str
+    text: str  # decoded token_ids, without the eos token's text (as vLLM)
     finish_reason: str  # "stop" (eos or a stop string) | "length"
     # The sampled tokens' log-probs as the engine reports them (None: not asked for, or not given). From
     # `TransformersBackend.sample` with SamplingParams.logprobs: under the model's raw distribution, or with

@@ -94,6 +94,12 @@ class Engine:
             out.append(ids)
         return out
 
+    def text(self, smp: Sample, req: Any) -> str:
+        """A sample's text as the API returns it (`visible_text`, with the eos token's text for the request)."""
+        eos = ("" if req.skip_special_tokens or not isinstance(smp.stop_reason, int)
+               else self.tokenizer.decode([smp.stop_reason], skip_special_tokens=False))
+        return visible_text(smp, req.include_stop_str_in_output, eos)
+
     def run(self, prompts: list[list[int]], params: SamplingParams, **kw: Any) -> list[Sample]:
         try:
             return self.backend.sample(prompts, params, **kw)
@@ -113,7 +119,7 @@ def chat_response(eng: Engine, req: ChatRequest, prompt: list[int], samples: lis
         lp = (chat_logprobs(eng.tokenizer, s.token_ids, s.logprobs or [], s.top_logprobs or [],
                             req.return_tokens_as_token_ids) if req.logprobs else None)
         choices.append(Choice(index=i, finish_reason=s.finish_reason, logprobs=lp, message=ChatCompletionMessage(
-            role="assistant", content=visible_text(s, req.include_stop_str_in_output))))
+            role="assistant", content=eng.text(s, req))))
     out = ChatCompletion(id=new_id("chatcmpl"), object="chat.completion", created=now(), model=eng.served_name,
                          choices=choices, usage=usage(len(prompt), sum(len(s.token_ids) for s in samples)))
     return dump(out)
@@ -130,7 +136,7 @@ def completion_response(eng: Engine, req: CompletionRequest, prompts: list[list[
             extra["token_ids"] = list(s.token_ids)
         lp = (completion_logprobs(eng.tokenizer, s.token_ids, s.logprobs or [], s.top_logprobs or [],
                                   req.return_tokens_as_token_ids) if req.logprobs is not None else None)
-        choices.append(CompletionChoice(index=i, text=visible_text(s, req.include_stop_str_in_output),
+        choices.append(CompletionChoice(index=i, text=eng.text(s, req),
                                         finish_reason=s.finish_reason, logprobs=lp, **extra))
     out = Completion(id=new_id("cmpl"), object="text_completion", created=now(), model=eng.served_name,
                      choices=choices, usage=usage(sum(map(len, prompts)), sum(len(s.token_ids) for s in samples)))
@@ -172,7 +178,7 @@ class _Stream:
         if finish is None:
             text = text[: max(0, len(text) - self.hold)]
             return text.rstrip("\ufffd")  # a character whose bytes are not all sampled yet
-        return visible_text(Sample([], text, finish, stop_reason=stop_reason), self.req.include_stop_str_in_output)
+        return self.eng.text(Sample([], text, finish, stop_reason=stop_reason), self.req)
 
     def _chunk(self, choices: list[dict[str, Any]], usage_: Any = None) -> str:
         from openai.types.chat import ChatCompletionChunk
