@@ -23,7 +23,7 @@ class Sample:
     # logprobs_mode="processed" under the one sampled from (after temperature, top-k, top-p: vLLM's
     # processed_logprobs); plus the `logprobs` most likely (token id, log-probability) of each step. The trainer
     # reads a rollout's as log π_sampler (truncated importance sampling): the sampling distribution's, so a server
-    # feeding it runs in processed mode (vLLM, gagar serve: --logprobs-mode processed_logprobs).
+    # feeding it runs in processed mode (vLLM: --logprobs-mode processed_logprobs; gagar serve's default).
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
     stop_reason: str | int | None = None  # the stop string matched, or the eos id; None at the length limit

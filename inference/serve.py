@@ -46,7 +46,7 @@ from inference.serve_api import (
 class Engine:
     """The backend behind the endpoints: request → prompts and sampling parameters → samples."""
 
-    def __init__(self, backend: Any, served_name: str, max_tokens_cap: int, logprobs_mode: str = "raw") -> None:
+    def __init__(self, backend: Any, served_name: str, max_tokens_cap: int, logprobs_mode: str = "processed") -> None:
         self.backend, self.served_name, self.cap, self.logprobs_mode = backend, served_name, max_tokens_cap, logprobs_mode
         self.tokenizer = backend.tokenizer
         self.vocab = int(getattr(getattr(backend.model, "config", None), "vocab_size", 0) or len(self.tokenizer))
@@ -246,7 +246,8 @@ class _Stream:
 
 
 # ── the app ──────────────────────────────────────────────────────────────────────────────────────────────
-def make_app(backend: Any, served_name: str = "judge", max_tokens_cap: int = 2048, logprobs_mode: str = "raw") -> Any:
+def make_app(backend: Any, served_name: str = "judge", max_tokens_cap: int = 2048,
+             logprobs_mode: str = "processed") -> Any:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
@@ -333,7 +334,7 @@ class Server:
 
 
 def make_server(backend: Any, host: str = "127.0.0.1", port: int = 8000, served_name: str = "judge",
-                max_tokens_cap: int = 2048, logprobs_mode: str = "raw") -> Server:
+                max_tokens_cap: int = 2048, logprobs_mode: str = "processed") -> Server:
     return Server(make_app(backend, served_name, max_tokens_cap, logprobs_mode), host, port)
 
 
@@ -348,9 +349,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="weights dtype (default: the model's)")
     p.add_argument("--batch-size", type=int, default=16, help="rows per forward batch (n samples × prompts)")
-    p.add_argument("--logprobs-mode", choices=["raw_logprobs", "processed_logprobs"], default="raw_logprobs",
-                   help="log-probs of the model's raw distribution (default, as vLLM) or of the one sampled from, "
-                   "after temperature/top-k/top-p (what the trainer's importance-sampling correction needs)")
+    p.add_argument("--logprobs-mode", choices=["raw_logprobs", "processed_logprobs"], default="processed_logprobs",
+                   help="processed_logprobs (default): log-probs of the distribution sampled from, after "
+                   "temperature/top-k/top-p, which the trainer's importance-sampling correction needs; raw_logprobs: "
+                   "the model's own distribution (vLLM's default; for scoring text)")
     args = p.parse_args(argv)
     if args.max_tokens_cap < 1 or args.batch_size < 1:
         print("gagar serve: error: --max-tokens-cap and --batch-size must be at least 1", file=sys.stderr)

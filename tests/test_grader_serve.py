@@ -412,6 +412,26 @@ def test_logprobs_mode_processed_reports_the_distribution_sampled_from(tiny_mode
     assert max(abs(p - r) for p, r in zip(processed, raw, strict=True)) > 1e-3
 
 
+def test_gagar_serve_reports_processed_logprobs_by_default(client, tiny_model):
+    """The CLI's default is what the trainer's importance correction needs: the distribution sampled from."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer.policy import warp_logits
+
+    prompt = [21, 22, 23]
+    got = client.completions.create(model="judge", prompt=prompt, max_tokens=4, temperature=0.6, seed=7, logprobs=0,
+                                    extra_body={"return_token_ids": True}).choices[0]
+    ids = got.model_extra["token_ids"]
+    with torch.no_grad():
+        logits = AutoModelForCausalLM.from_pretrained(str(tiny_model))(torch.tensor([prompt + ids])).logits[0].float()
+    at = [len(prompt) - 1 + k for k in range(len(ids))]
+    processed = [float(torch.log_softmax(warp_logits(logits, 0.6), -1)[i, t]) for i, t in zip(at, ids, strict=True)]
+    raw = [float(torch.log_softmax(logits, -1)[i, t]) for i, t in zip(at, ids, strict=True)]
+    assert got.logprobs.token_logprobs == pytest.approx(processed, abs=1e-4)
+    assert max(abs(p - r) for p, r in zip(processed, raw, strict=True)) > 1e-3
+
+
 def test_serve_refuses_an_unknown_logprobs_mode():
     proc = subprocess.run([sys.executable, "-m", "gagar.cli", "serve", "--model", "m", "--logprobs-mode", "final"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
