@@ -1,6 +1,6 @@
 """The learned judge on groups from repositories it never saw: the table of `make judge`.
 
-    python bench/judge.py --data .gagar/judge/data --base .gagar/models/base/smollm2-135m-instruct \
+    python bench/judge.py --data .gagar/judge/data --base smollm2-135m-instruct \
                           --adapter .gagar/models/judge
 
 The held-out groups (`val_groups.jsonl` of `gagar sft data --split repo`: every instance of a held-out repository,

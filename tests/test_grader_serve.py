@@ -343,6 +343,11 @@ def test_serve_rejects_a_missing_model(tmp_path: Path):
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 2 and "cannot load" in proc.stderr
+    # a name that is neither a directory nor a registry model says where the registry's names are
+    proc = subprocess.run([sys.executable, "-m", "gagar.cli", "serve", "--model", "smollm2-135m"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and "gagar model ls" in proc.stderr and "smollm2-135m-instruct" in proc.stderr
 
 
 def test_a_peft_adapter_on_top_of_the_base_is_what_is_served(tiny_model, tmp_path):
@@ -364,8 +369,10 @@ def test_a_peft_adapter_on_top_of_the_base_is_what_is_served(tiny_model, tmp_pat
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="-", max_retries=0)
+        # named after what is served (base + adapter), not a fixed `judge`
+        assert [m.id for m in client.models.list().data] == [f"{tiny_model.name}+adapter"]
         prompt = [11, 12, 13, 14]
-        got = client.completions.create(model="judge", prompt=prompt, max_tokens=4, temperature=0, logprobs=1,
+        got = client.completions.create(model=f"{tiny_model.name}+adapter", prompt=prompt, max_tokens=4, temperature=0, logprobs=1,
                                         extra_body={"return_token_ids": True}).choices[0]
     finally:
         srv.shutdown()
@@ -393,7 +400,7 @@ def test_logprobs_mode_processed_reports_the_distribution_sampled_from(tiny_mode
     from trainer.policy import warp_logits
 
     backend = TransformersBackend(str(tiny_model), device="cpu")
-    srv = make_server(backend, port=0, logprobs_mode="processed")
+    srv = make_server(backend, port=0, served_name="judge", logprobs_mode="processed")
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="-", max_retries=0)

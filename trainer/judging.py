@@ -34,10 +34,12 @@ def without(group: Group, hacks: dict[str, str]) -> Group:
 
 
 class Judge:
-    def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None) -> None:
+    def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None, *,
+                 models_root: str | None = None) -> None:
         self.section = section
         self.repos_dir = Path(repos_dir)
         self.sandbox = sandbox  # the sandbox's config, for the behavioural probe
+        self.models_root = models_root  # where a registry model name is pulled (the trainer's model.cache_dir)
         self._backend: Any = None
 
     def backend(self) -> Any:
@@ -46,7 +48,8 @@ class Judge:
             from grader.judge.backends import make_backend
 
             s = self.section
-            self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None)
+            self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None,
+                                         models_root=self.models_root)
         return self._backend
 
     # ── on the grader's groups (the native loop and verl share these) ──────────────────────────────────────
