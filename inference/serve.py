@@ -18,7 +18,6 @@ production path. Binds 127.0.0.1 by default: there is no authentication, so expo
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import queue
@@ -29,6 +28,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from inference.base import BackendError, Sample, SamplingParams
 from inference.serve_api import (
     ApiError,
@@ -349,11 +349,11 @@ def default_served_name(model: str, adapter: str | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar serve", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="gagar serve", description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="a registry model name (`gagar model ls`; pulled on first use), a "
                    "local Hugging Face model directory, or a hub id")
     p.add_argument("--adapter", help="PEFT adapter directory applied on top of --model")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (no authentication: expose it deliberately)")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on start)")
     p.add_argument("--served-model-name", help="the name clients pass as `model` (default: --model as given, "
                    "+ADAPTER when --adapter is given, as vLLM names a model after --model)")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from gagar.args import ArgumentParser
 
 
 def _err(prog: str, msg: str) -> int:
@@ -21,7 +22,7 @@ def image_main(argv: list[str]) -> int:
     if envcli.handles(argv):  # environment images: build --instances, ls, prune
         return envcli.image_main(argv)
 
-    p = argparse.ArgumentParser(prog="gagar image", description="Build or list the sandbox base images (offline).")
+    p = ArgumentParser(prog="gagar image", description="Build or list the sandbox base images (offline).")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="debootstrap + docker import; skipped when the recipe's image exists")
     b.add_argument("names", nargs="*", help=f"images to build: {', '.join(toolchains.ALL_RECIPES)}")
@@ -85,8 +86,8 @@ def eval_main(argv: list[str]) -> int:
     import os
     import re
 
-    p = argparse.ArgumentParser(prog="gagar eval",
-                                description="Evaluate predictions in the Docker sandbox (SWE-bench compatible).")
+    p = ArgumentParser(prog="gagar eval",
+                       description="Evaluate predictions in the Docker sandbox (SWE-bench compatible).")
     p.add_argument("--instances", required=True, type=Path, help="instances (JSONL, JSON list, or dict by id)")
     p.add_argument("--predictions", required=True, type=Path, help="predictions (JSONL, JSON list, or dict by id)")
     p.add_argument("--repos-dir", required=True, type=Path, help="dir holding <owner>__<name> git clones")
@@ -230,7 +231,7 @@ def _print_summary(run_dir: Path, results: list) -> None:
 
 # ----------------------------------------------------------------------------------------------- sandbox
 def sandbox_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar sandbox", description="Sandbox maintenance.")
+    p = ArgumentParser(prog="gagar sandbox", description="Sandbox maintenance.")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("gc", help="remove leftover sandbox containers (label gagar.sandbox=1) and the temp "
                        "workspaces of dead runs")
