@@ -23,8 +23,9 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="judge model: a registry name (`gagar model ls`), a local path or a hub id "
                    "(openai: the server's model name)")
     p.add_argument("--adapter", help="PEFT adapter directory (transformers and vllm backends)")
-    p.add_argument("--backend", choices=["transformers", "openai", "vllm"], default="transformers",
-                   help="LLM judge: in-process transformers or vLLM, or an OpenAI-compatible server (--base-url)")
+    p.add_argument("--backend", choices=["transformers", "openai", "vllm", "vllm-server"], default="transformers",
+                   help="LLM judge: in-process transformers or vLLM, a `vllm serve` gagar starts and stops "
+                   "(vllm-server), or an OpenAI-compatible server (openai, --base-url)")
     p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--permutations", type=int, default=1,
                    help="LLM judge: runs per group over shuffled candidate letters, rankings Borda-aggregated "

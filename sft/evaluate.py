@@ -135,8 +135,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repos-dir", required=True, type=Path, help="holds <owner>__<name> git repositories")
     p.add_argument("--model", required=True, help="base model: hub id, local path, or server model name")
     p.add_argument("--adapter", help="LoRA adapter directory from `gagar sft train` (transformers backend)")
-    p.add_argument("--backend", choices=("transformers", "openai", "vllm"), default="transformers",
-                   help="where the judge runs: in-process transformers or vLLM, or an OpenAI-compatible server")
+    p.add_argument("--backend", choices=("transformers", "openai", "vllm", "vllm-server"), default="transformers",
+                   help="where the judge runs: in-process transformers or vLLM, a `vllm serve` gagar starts "
+                   "(vllm-server), or an OpenAI-compatible server (openai, --base-url)")
     p.add_argument("--base-url", help="OpenAI-compatible server (with --backend openai)")
     p.add_argument("--max-turns", type=int, default=12, help="tool-call budget per judge run")
     p.add_argument("--max-new-tokens", type=int, default=512, help="tokens per judge reply")

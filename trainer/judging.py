@@ -34,11 +34,12 @@ def without(group: Group, hacks: dict[str, str]) -> Group:
 
 
 class Judge:
-    def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None, *,
-                 models_root: str | None = None) -> None:
+    def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None,
+                 work_dir: Path | None = None, *, models_root: str | None = None) -> None:
         self.section = section
         self.repos_dir = Path(repos_dir)
         self.sandbox = sandbox  # the sandbox's config, for the behavioural probe
+        self.work_dir = work_dir  # the run's dir: a `vllm serve` judge logs there
         self.models_root = models_root  # where a registry model name is pulled (the trainer's model.cache_dir)
         self._backend: Any = None
 
@@ -49,8 +50,16 @@ class Judge:
 
             s = self.section
             self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None,
+                                         work_dir=str(self.work_dir) if self.work_dir else None,
                                          models_root=self.models_root)
         return self._backend
+
+    def close(self) -> None:
+        """Hand back the judge's engine or server, if it was ever built."""
+        from inference.base import close_backend
+
+        backend, self._backend = self._backend, None
+        close_backend(backend)
 
     # ── on the grader's groups (the native loop and verl share these) ──────────────────────────────────────
     def check(self, groups: list[Group]) -> list[Grading]:
