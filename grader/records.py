@@ -256,6 +256,20 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         raise InputError(str(exc)) from exc
 
 
+def load_results(path: str | Path) -> list[EvalResult]:
+    """A `gagar eval` results.jsonl (the sandbox's `EvalResult` lines), strictly: a line that is not a result
+    record is an InputError naming it."""
+    out = []
+    for i, r in enumerate(read_jsonl(path), 1):
+        if not r.get("instance_id") or r.get("rollout_id") is None:
+            raise InputError(f"{path}: line {i} lacks instance_id or rollout_id (is it a results.jsonl?)")
+        try:
+            out.append(EvalResult.from_dict({"model_name_or_path": "unknown", **r}))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{path}: line {i} is not a result record ({exc})") from exc
+    return out
+
+
 def load_groups(path: str | Path) -> list[Group]:
     rows = read_jsonl(path)
     groups = [Group.from_dict(r, f"{path}: group {i + 1}") for i, r in enumerate(rows)]

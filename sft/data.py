@@ -27,7 +27,7 @@ from typing import Any
 
 from gagar.args import ArgumentParser
 from grader.records import Candidate, Group, InputError, write_jsonl_atomic
-from sandbox.records import EvalResult, Instance
+from sandbox.records import Instance
 from sft.augment import renamed_record
 from sft.degrade import KINDS, DegradeError, Variant, degrade_on, scratch_tree
 from sft.inverted import inverted_on
@@ -220,24 +220,17 @@ def rollout_groups(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Group specs from a `gagar eval` run: the resolved rollouts of each instance, ranked by the labeller."""
     from grader.grade import grade_group
-    from grader.records import read_jsonl
+    from grader.records import load_results
+    from grader.sources import groups_from_run
     from sandbox.inputs import load_predictions
 
     notes: list[str] = []
     patches = {
         (p.instance_id, p.rollout_id): p.model_patch for p in load_predictions(predictions_path, notes)
     }
-    by_inst: dict[str, list[EvalResult]] = defaultdict(list)
-    for i, r in enumerate(read_jsonl(results_path), 1):
-        if not r.get("instance_id") or r.get("rollout_id") is None:
-            raise InputError(
-                f"{results_path}: line {i} lacks instance_id or rollout_id (is it a results.jsonl?)"
-            )
-        try:
-            res = EvalResult.from_dict({"model_name_or_path": "unknown", **r})
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"{results_path}: line {i} is not a result record ({exc})") from exc
-        by_inst[res.instance_id].append(res)
+    # The one sandbox -> grader conversion (passing = EvalResult.passed: no tampering, no forged report).
+    groups, more = groups_from_run(instances, load_results(results_path), patches, source=str(results_path))
+    notes += more
     backend = None
     if labeller == "teacher":
         from grader.judge.backends import OpenAIBackend
@@ -246,13 +239,8 @@ def rollout_groups(
             raise InputError("--labeller teacher needs --base-url URL and --model NAME")
         backend = OpenAIBackend(base_url, model)
     specs = []
-    for iid, results in sorted(by_inst.items()):
-        inst = instances.get(iid)
-        if inst is None:
-            notes.append(f"{iid}: not in the instances file; skipped")
-            continue
-        # The one sandbox -> grader conversion (passing = EvalResult.passed: no tampering, no forged report).
-        group = Group.from_results(inst, results, {r: p for (i, r), p in patches.items() if i == iid})
+    for group in sorted(groups, key=lambda g: g.instance_id):
+        iid = group.instance_id
         cands = group.candidates
         if len(cands) < 2:
             notes.append(f"{iid}: fewer than two passing rollouts with a patch; skipped")
