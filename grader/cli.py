@@ -12,10 +12,11 @@ from typing import Any
 
 from gagar.args import ArgumentParser
 from grader.grade import grade_groups
-from grader.judge.backends import ChatBackend, make_backend
 from grader.metrics import evaluate
 from grader.probe.runner import DEFAULT_BUDGET_S
 from grader.records import Group, InputError, load_groups, read_jsonl, write_jsonl_atomic
+from inference.backends import make_backend
+from inference.base import ChatBackend
 from sandbox.cli import add_sandbox_options, sandbox_config
 from sandbox.integrity import gitsafe
 from sandbox.records import Instance

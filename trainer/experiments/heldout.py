@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import atomic_write_text
 from sandbox.records import EvalResult, Prediction
-from sandbox.report import atomic_write_text
 from trainer.config import TrainConfig
 from trainer.experiments.scope import task_scope
 from trainer.experiments.verdicts import diff_size
@@ -52,7 +52,7 @@ def evaluate_heldout(cfg: TrainConfig, run: Path, *, max_tasks: int, k: int,
         if done.get("settings") == settings:
             return done
 
-    from inference.base import close_backend
+    from inference.backends import close_backend
     from trainer.checkpoint import latest_checkpoint, load_state
     from trainer.generation import generate
     from trainer.policy import build_policy
