@@ -159,8 +159,7 @@ def _input_options(p: ArgumentParser) -> None:
 
 def _load_inputs(args: argparse.Namespace, notes: list[str]) -> tuple[list[Group], dict[str, Instance]]:
     """The groups to grade (from --groups or --results) and the instances (--instances; {} without)."""
-    from grader.records import load_results
-    from grader.sources import groups_from_run
+    from grader.records import groups_from_run, load_results
     from sandbox.inputs import load_instances, load_predictions
 
     instances: dict[str, Instance] = {}
@@ -200,7 +199,7 @@ def _input_problem(args: argparse.Namespace) -> str | None:
 
 def _probe(todo: list[Group], instances: dict[str, Instance], args: argparse.Namespace, prog: str) -> int | None:
     """Run the probe on the groups to grade; an exit code when it cannot start."""
-    from grader.sources import probe_groups
+    from grader.probe.runner import probe_groups
     from sandbox.inputs import require_runnable
 
     config = sandbox_config(args, args.repos_dir)

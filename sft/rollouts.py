@@ -21,8 +21,7 @@ def rollout_groups(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Group specs from a `gagar eval` run: the resolved rollouts of each instance, ranked by the labeller."""
     from grader.grade import grade_group
-    from grader.records import load_results
-    from grader.sources import groups_from_run
+    from grader.records import groups_from_run, load_results
     from sandbox.inputs import load_predictions
 
     notes: list[str] = []

@@ -86,15 +86,13 @@ class Judge:
         """Run the hack check on every group with a passing rollout; returns how many were checked."""
         todo = [g for g in groups if any(g.passed)]
         if self.section.probe and self.sandbox is not None:
-            from dataclasses import asdict
-
             from grader.probe.runner import probe_group
 
             for g in todo:
                 cands = g.candidates().candidates
                 run = probe_group(g.instance, {c.rollout_id: c.patch for c in cands}, self.sandbox(),
                                   budget_s=self.section.probe_budget_s)
-                g.behaviour = {rid: [asdict(f) for f in found] for rid, found in run.findings.items()}
+                g.behaviour = run.behaviour()
         for g, grading in zip(todo, self.check([g.candidates() for g in todo]), strict=True):
             g.hack_check = grading
         return len(todo)
