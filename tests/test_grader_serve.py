@@ -425,7 +425,7 @@ def test_gagar_serve_reports_processed_logprobs_by_default(client, tiny_model):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainer.policy import warp_logits
+    from trainer.logprobs import warp_logits
 
     prompt = [21, 22, 23]
     got = client.completions.create(model="judge", prompt=prompt, max_tokens=4, temperature=0.6, seed=7, logprobs=0,
