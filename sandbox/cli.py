@@ -100,6 +100,8 @@ def eval_main(argv: list[str]) -> int:
     p.add_argument("--pids-limit", type=int, default=256, help="max processes per container (default 256)")
     p.add_argument("--output-limit", default="1m", help="test output kept per run (default 1m; the rest dropped)")
     p.add_argument("--max-patch-bytes", default="1m", help="patches larger than this are rejected (default 1m)")
+    p.add_argument("--max-apply-bytes", default="64m", help="what a patch's git binary hunks may inflate to when "
+                   "applied (default 64m); over it the patch is rejected")
     p.add_argument("--max-write", default="2g", help="data the tests may write into the work tree before the "
                    "container is killed (default 2g; the host's disk has no other quota)")
     p.add_argument("--runtime", help="OCI runtime dockerd starts the containers with, e.g. crun (faster starts; "
@@ -140,6 +142,7 @@ def eval_main(argv: list[str]) -> int:
                                cpus=args.cpus, pids_limit=args.pids_limit, timeout=args.timeout,
                                max_workers=args.max_workers, output_limit_bytes=out_limit,
                                max_patch_bytes=max_patch, max_write_bytes=parse_size(args.max_write),
+                               max_apply_bytes=parse_size(args.max_apply_bytes),
                                run_id=args.run_id, runtime=args.runtime)
         if config.memory_bytes < 6 << 20:
             raise ValueError("--memory must be at least 6m (Docker's minimum)")

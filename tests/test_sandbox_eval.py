@@ -311,9 +311,9 @@ def test_bundled_tasks_give_expected_statuses(tmp_path: Path, bundled_tasks: Pat
     wrong = []
     for e in expected:
         r = got.get((e["instance_id"], str(e["rollout_id"])))
-        # No bundled rollout forges a report: an honest run must never be flagged suspicious_report.
+        # An honest run is never flagged suspicious_report; the hacks the sandbox catches are.
         if r is not None and (r.status != e["status"] or r.tampered_tests != e["tampered_tests"]
-                              or r.suspicious_report):
+                              or r.suspicious_report != e["suspicious_report"]):
             wrong.append(f"{e['instance_id']}/{e['rollout_id']} ({e['kind']}): expected {e['status']}, "
                          f"got {r.status} (suspicious={r.suspicious_report}) {r.error or ''}")
     assert len(got) == len(preds)
