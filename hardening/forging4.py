@@ -100,20 +100,24 @@ def _calc(body: str, prelude: str = "") -> str:
         "\n\ndef neg(a):\n    return -a\n")
 
 
+def git_base85(deflated: bytes) -> str:
+    """Data lines of a git binary hunk: 52 bytes a line, a length character (A-Z: 1-26, a-z: 27-52), base85."""
+    lines = []
+    for i in range(0, len(deflated), 52):
+        chunk = deflated[i:i + 52]
+        n = len(chunk)
+        lines.append((chr(ord("A") + n - 1) if n <= 26 else chr(ord("a") + n - 27))
+                     + base64.b85encode(chunk.ljust(-(-n // 4) * 4, b"\0")).decode())
+    return "\n".join(lines) + "\n"
+
+
 def binary_literal(path: str, size: int, fill: bytes = b" ") -> str:
     """A `git diff --binary` section creating `path` with `size` bytes of `fill`: it weighs about a thousandth
     of what it writes."""
     raw = fill * size
     sha = hashlib.sha1(b"blob %d\0" % size + raw).hexdigest()  # git wants full index lines for binary hunks
-    data = zlib.compress(raw, 9)
-    lines = []
-    for i in range(0, len(data), 52):
-        chunk = data[i:i + 52]
-        n = len(chunk)
-        lines.append((chr(ord("A") + n - 1) if n <= 26 else chr(ord("a") + n - 27))
-                     + base64.b85encode(chunk.ljust(-(-n // 4) * 4, b"\0")).decode())
     return (f"diff --git a/{path} b/{path}\nnew file mode 100644\nindex {ZERO_SHA}..{sha}\nGIT binary patch\n"
-            f"literal {size}\n" + "\n".join(lines) + "\n\nliteral 0\nHcmV?d00001\n\n")
+            f"literal {size}\n" + git_base85(zlib.compress(raw, 9)) + "\nliteral 0\nHcmV?d00001\n\n")
 
 
 def _xfail_cases(r: MiniRepo) -> list[Case]:

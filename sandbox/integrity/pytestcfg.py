@@ -12,7 +12,8 @@ when one changes while the tests run.
 change to what pytest reads counts. That is decided the way pytest reads them, not by a second opinion: TOML
 through `tomllib` (the parser pytest uses), and INI files by the rule every INI parser pytest has shipped
 (`iniconfig`) shares — a line starting with `[` opens a section, every other line belongs to the section above —
-keeping *every* section whose header line mentions pytest, comments included. So `[tool:pytest]#]`, which
+keeping *every* section whose header line mentions pytest, comments included (and the lines before the first
+header, which pytest refuses). So `[tool:pytest]#]`, which
 `configparser` reads as a section named `tool:pytest]#` and `iniconfig` as `tool:pytest`, is kept too. A file
 that is a symlink is never read through: pytest follows it, so a symlink at one of these names counts as
 touched whatever it points to.
@@ -54,15 +55,15 @@ def pytest_view(name: str, data: bytes | None) -> object:
             return doc.get("pytest")
         tool = doc.get("tool", {})
         return tool.get("pytest") if isinstance(tool, dict) else ("unparsed", text)
+    preamble: list[str] = []  # lines before any header: a parse error to pytest, which a patch could "fix"
     sections: list[list[str]] = []
-    current: list[str] | None = None
     for line in text.splitlines():
         if line.startswith("["):
-            current = [line]
-            sections.append(current)
-        elif current is not None:
-            current.append(line)
-    return [s for s in sections if "pytest" in s[0].lower()]
+            sections.append([line])
+        else:
+            (sections[-1] if sections else preamble).append(line)
+    kept = [s for s in sections if "pytest" in s[0].lower()]
+    return [preamble, *kept] if kept else None
 
 
 def _ini_values(sections: list[list[str]], key: str) -> list[str]:
