@@ -34,7 +34,7 @@ import json
 import os
 import sys
 import types
-from itertools import repeat as _repeat
+from operator import getitem as _getitem
 from operator import is_ as _is
 
 import _pytest.config
@@ -122,44 +122,57 @@ def _codes(functions: list) -> dict[int, types.CodeType]:
 
 
 def _watch_list(mods: list[types.ModuleType]) -> tuple[list, list]:
-    """Per namespace (a module's or a class's): (namespace, names, objects, labels) for every function and
-    class attribute of pytest's modules; and (class namespace, size, methods, label) to notice methods added to
-    a class (pytest itself adds plain attributes: a flag per Item subclass)."""
+    """(namespace, name, object, label) for every function and class attribute of pytest's modules, and
+    (class namespace, size, methods, label) to notice methods added to a class (pytest itself adds plain
+    attributes: a flag per Item subclass)."""
     watch, sizes, seen = [], [], set()
-
-    def add(ns, items, prefix: str) -> None:
-        if items:
-            names, objs = zip(*items)
-            watch.append((ns, names, objs, tuple(f"{prefix}.{n}" for n in names)))
-
     for mod in mods:
         ns = vars(mod)
         # pytest's own namespace: every public name (`pytest.mark` is an object, not a function)
-        add(ns, [(k, v) for k, v in list(ns.items()) if not k.startswith("__") and (
-            callable(v) or mod.__name__ == "pytest" and not k.startswith("_"))], mod.__name__)
+        watch += [(ns, k, v, f"{mod.__name__}.{k}") for k, v in list(ns.items()) if not k.startswith("__") and (
+            callable(v) or mod.__name__ == "pytest" and not k.startswith("_"))]
         for obj in list(ns.values()):
             if isinstance(obj, type) and obj.__module__ == mod.__name__ and id(obj) not in seen:
                 seen.add(id(obj))
                 cns, label = vars(obj), f"{mod.__name__}.{obj.__qualname__}"
                 sizes.append((cns, len(cns), sum(map(_is_attr, cns.values())), label))
-                add(cns, [(k, v) for k, v in list(cns.items()) if _is_attr(v)
-                          and k not in ("__class__", "__subclasshook__", "__init_subclass__")], label)
+                watch += [(cns, k, v, f"{label}.{k}") for k, v in list(cns.items()) if _is_attr(v)
+                          and k not in ("__class__", "__subclasshook__", "__init_subclass__")]
     return watch, sizes
 
 
+class _Fingerprint:
+    """The watch list in columns, so that one check is a single pass in C: `getitem` over (namespace, name),
+    `is` against the object taken at baseline."""
+
+    def __init__(self, watch: list, sizes: list) -> None:
+        self.watch, self.sizes = watch, sizes
+        self.nss, self.names, self.objs, _ = (list(c) for c in zip(*watch)) if watch else ([], [], [], [])
+        self.size_nss = [s[0] for s in sizes]
+        self.lens = [s[1] for s in sizes]
+
+    def changed(self) -> list[str]:
+        try:
+            same = all(map(_is, map(_getitem, self.nss, self.names), self.objs))
+        except KeyError:
+            same = False
+        bad = [] if same else [label for ns, n, o, label in self.watch if ns.get(n, _MISSING) is not o]
+        if list(map(len, self.size_nss)) != self.lens:
+            bad += [f"{label} (methods added)" for ns, n, k, label in self.sizes
+                    if len(ns) != n and sum(map(_is_attr, ns.values())) != k]
+        return bad
+
+    def without(self, label: str) -> _Fingerprint:
+        return _Fingerprint([w for w in self.watch if w[3] != label], self.sizes)
+
+
 def _changed() -> list[str]:
-    bad = []
-    for ns, names, objs, labels in _WATCH:
-        if not all(map(_is, map(ns.get, names, _repeat(_MISSING)), objs)):  # the whole comparison in C
-            bad += [label for n, o, label in zip(names, objs, labels)
-                    if ns.get(n, _MISSING) is not o]
-    return bad + [f"{label} (methods added)" for ns, n, k, label in _SIZES
-                  if len(ns) != n and sum(map(_is_attr, ns.values())) != k]
+    return _FP.changed()
 
 
 def _baseline() -> None:
-    global _WATCH, _SIZES
-    _WATCH, _SIZES = _watch_list(_MODULES)
+    global _FP
+    _FP = _Fingerprint(*_watch_list(_MODULES))
 
 
 _PM_REGISTER = _pytest.config.PytestPluginManager.register.__code__
@@ -329,10 +342,12 @@ def _report_each(problems: list[tuple[str, list[str] | None]]) -> None:
         _report([what], files)
 
 
-def _check() -> None:
+def _check(table: bool = False) -> None:
+    """The fingerprint (after every test); with `table`, the hook-implementation table too (when collection
+    ends and when the session does: a registration that skipped the notification is still there then)."""
     found = _changed()
     pm = _state["pm"]
-    if pm is not None and _state["armed"]:
+    if table and pm is not None and _state["armed"]:
         extra = _impl_table(pm) - _state["impls"]
         found += sorted({f"hook {name} implemented by an unannounced plugin" for name, _, _ in extra})
     _report(found)
@@ -347,9 +362,8 @@ def pytest_load_initial_conftests(early_config) -> None:
 def pytest_configure(config) -> None:
     _state["xml"], _state["config"], _state["pm"] = getattr(config.option, "xmlpath", None), config, config.pluginmanager
     if getattr(config.option, "runxfail", False):  # --runxfail replaces pytest.xfail with a no-op, on purpose
-        global _WATCH
-        _WATCH = [(ns, *zip(*kept)) for ns, *rest in _WATCH
-                  if (kept := [t for t in zip(*rest) if t[2] != "pytest.xfail"])]
+        global _FP
+        _FP = _FP.without("pytest.xfail")
     _send({"e": "start", "x": _state["xml"], "pid": os.getpid()})
 
 
@@ -389,7 +403,7 @@ def pytest_collection_finish(session) -> None:
     _state["keep"] = list(session.items)  # ids above stay valid
     for item in session.items:
         _report_each(_item_problems(item))
-    _check()
+    _check(table=True)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -444,14 +458,13 @@ def pytest_collectreport(report) -> None:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    _check()
+    _check(table=True)
     _send({"e": "finish", "x": _state["xml"], "exit": int(exitstatus)})
 
 
 # Taken last, once every function of this module exists, and before any conftest or test module is imported.
 _MODULES = _own_modules()
-_WATCH: list = []
-_SIZES: list = []
+_FP = _Fingerprint([], [])
 _baseline()
 # Code defined in pytest's and pluggy's modules (not what they import: a thread's or stdlib helper's frame
 # vouches for nothing).
