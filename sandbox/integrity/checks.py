@@ -188,7 +188,7 @@ def static_findings(patch: str, info: PatchInfo, test_paths: set[str], tree: Pat
                     for p in [c.path]}
         changes += [Change(d, "added", "dir") for d in sorted(new_dirs) if not os.path.lexists(tree / d)]
     for c in changes:
-        if c.change == "deleted":
+        if c.change == "deleted" or c.kind == "dir":
             continue
         p, parts = c.path, c.path.split("/")
         name = parts[-1]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import types
 from operator import getitem as _getitem
@@ -184,11 +185,10 @@ _MULTICALL = {id(f.__code__) for m in ("pluggy._callers", "pluggy.callers") if (
 _OUTCOMES = _codes(_functions(dict(vars(_pytest.outcomes)), vars(_pytest.outcomes)))
 _XFAILED = _pytest.outcomes.XFailed
 
+
 def _junit_path() -> str | None:
     """The JUnit path the sandbox set (PYTEST_ADDOPTS comes after any ini addopts, so its --junitxml wins):
     records sent before pytest_configure (the initial conftests) carry it too."""
-    import shlex
-
     try:
         opts = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
     except ValueError:
@@ -197,8 +197,8 @@ def _junit_path() -> str | None:
     return paths[-1] if paths else None
 
 
-_state: dict = {"xml": _junit_path(), "config": None, "pm": None, "armed": False, "impls": set(), "reported": set(),
-                "items": {}, "marked": {}, "xinfo": {}, "types": {}}
+_state: dict = {"xml": _junit_path(), "config": None, "pm": None, "armed": False, "running": False,
+                "impls": set(), "reported": set(), "items": {}, "marked": {}, "xinfo": {}}
 
 
 # ---------------------------------------------------------------- plugin registrations
@@ -263,9 +263,10 @@ def pytest_plugin_registered(plugin, manager) -> None:
         if conftest is not None and conftest.get("mod") is plugin:  # the path pytest imported it from
             _send({"e": "conftest", "x": _state["xml"], "path": str(conftest.get("conftestpath"))[:1000]})
         return
-    # Library code registering a plugin: the host judges the files (those the patch changed never vouch).
+    # Library code registering a plugin: the host judges the files (those the patch changed never vouch). Once
+    # the tests run, nothing but pytest and its plugins has a reason to: the finding stands whatever the files.
     _report([f"a plugin registered by code outside pytest and its plugins: {type(plugin).__name__} "
-             f"{manager.get_name(plugin)!r} from {first}"[:400]], files)
+             f"{manager.get_name(plugin)!r} from {first}"[:400]], None if _state["running"] else files)
 
 
 # ---------------------------------------------------------------- items and collectors
@@ -404,6 +405,7 @@ def pytest_collection_finish(session) -> None:
     for item in session.items:
         _report_each(_item_problems(item))
     _check(table=True)
+    _state["running"] = True
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
