@@ -50,7 +50,6 @@ from sandbox.patchcheck import (
 )
 
 APPLY_METHODS = ("git apply", "git apply --3way", "git apply --reject", "patch --fuzz")
-PRLIMIT = shutil.which("prlimit")
 # Files under .git that git itself rewrites while applying/resetting; anything else changing is suspicious.
 _GIT_BOOKKEEPING = ("objects", "logs", "refs", "rr-cache")
 _GIT_BOOKKEEPING_FILES = ("index", "HEAD", "ORIG_HEAD", "FETCH_HEAD", "packed-refs", "AUTO_MERGE", "MERGE_MSG")
@@ -150,8 +149,8 @@ def audit_tree(tree: Path, git_before: dict[str, tuple[int, int]] | None = None)
 def _try(tree: Path, method: str, patch_file: str, max_file_bytes: int) -> tuple[int, str]:
     if method == "patch --fuzz":
         argv = ["patch", "--batch", "--forward", "--fuzz=5", "-p1", "--no-backup-if-mismatch", "-i", patch_file]
-        if PRLIMIT:
-            argv = [PRLIMIT, f"--fsize={max_file_bytes}", "--", *argv]
+        if gitsafe.PRLIMIT:  # the same cap on any file the applier writes
+            argv = [gitsafe.PRLIMIT, f"--fsize={max_file_bytes}", "--", *argv]
         proc = subprocess.run(argv, cwd=tree, capture_output=True, env={**os.environ, "LC_ALL": "C"})
         out = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         return proc.returncode, out.strip()
