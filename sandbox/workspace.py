@@ -116,12 +116,11 @@ def remove_tree(path: Path) -> None:
     def onerror(func, p, exc_info):
         if isinstance(exc_info[1], FileNotFoundError):
             return  # another remover got there first
-        try:  # a read-only or unreadable dir left by the tests: open it up; retry what takes a path alone
-            if func in (os.unlink, os.rmdir):
-                os.chmod(os.path.dirname(p), 0o700)
-                func(p)
-            elif func in (os.open, os.scandir):  # rmtree calls os.open with flags and dir_fd: never retried here
-                os.chmod(p, 0o700)
+        if func not in (os.unlink, os.rmdir):
+            return  # os.open, os.scandir, os.lstat (rmtree passes them flags and dir_fd): rm -rf below sees to it
+        try:  # a read-only dir left by the tests: open it and retry once
+            os.chmod(os.path.dirname(p), 0o700)
+            func(p)
         except OSError:
             pass
 
