@@ -26,16 +26,16 @@ kilobyte cannot write gigabytes on the host.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
+
+from sandbox.gitbinary import BinarySection, MalformedBinary
 
 DEFAULT_MAX_BYTES = 10 * 2**20
 SYMLINK_MODE = "120000"
@@ -201,68 +201,6 @@ def _header_names(line: str) -> list[tuple[str, bool]]:
     return names
 
 
-_BIN_HUNK = re.compile(r"^(literal|delta) (\d+)\s*$")
-_B85_LINE = re.compile(r"^[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+\s*$")
-
-
-def _b85_line(line: str) -> bytes:
-    """One line of a git binary hunk: a length character (A-Z: 1-26, a-z: 27-52), then base85."""
-    n = ord(line[0]) - (ord("A") - 1 if line[0] <= "Z" else ord("a") - 27)
-    return base64.b85decode(line[1:].rstrip())[:n]
-
-
-def _delta_result_size(data: bytes) -> int:
-    """The target size a git delta declares in its header (two little-endian base-128 varints: source size,
-    then target size), read from the first bytes of the deflated delta."""
-    head = zlib.decompressobj().decompress(data, 32)
-    sizes, shift, val = [], 0, 0
-    for byte in head:
-        val |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            sizes.append(val)
-            if len(sizes) == 2:
-                return sizes[1]
-            shift = val = 0
-    raise ValueError("truncated delta header")
-
-
-class _Binary:
-    """A `GIT binary patch` section being read: a forward hunk (`literal N` / `delta N` + base85 lines + a
-    blank line) and an optional reverse hunk of the same shape. `size` is what git inflates for it."""
-
-    def __init__(self, start: int) -> None:
-        self.start, self.hunks, self.header, self.data, self.size = start, 0, None, b"", 0
-
-    def feed(self, no: int, line: str) -> bool:
-        """Take one line; False when the section has ended before it (the line is not part of it)."""
-        if self.header is None:
-            m = _BIN_HUNK.match(line)
-            if not m:
-                if self.hunks:
-                    return False
-                raise PatchRejected(f"line {no}: malformed binary patch (started at line {self.start}): expected "
-                                    f"'literal N' or 'delta N', got {_show(line[:60])}")
-            self.header, self.hunks = (m.group(1), int(m.group(2))), self.hunks + 1
-            return True
-        if line.strip():
-            if not _B85_LINE.match(line):
-                raise PatchRejected(f"line {no}: malformed binary patch (started at line {self.start}): "
-                                    f"{_show(line[:60])} is not a base85 data line")
-            if self.header[0] == "delta" and self.hunks == 1 and len(self.data) < 64:
-                self.data += _b85_line(line)
-            return True
-        kind, declared = self.header
-        self.size += declared  # git inflates every hunk to its declared size
-        if kind == "delta" and self.hunks == 1:
-            try:
-                self.size += _delta_result_size(self.data)  # what applying the forward delta writes
-            except (ValueError, zlib.error):
-                raise PatchRejected(f"line {no}: malformed binary delta (started at line {self.start})") from None
-        self.header, self.data = None, b""
-        return True
-
-
 def _scan_headers(text: str) -> tuple[list[tuple[int, str, bool]], list[int]]:
     """Walk the diff, skipping hunk bodies by their line counts; return the (line_no, name, prefixed) headers
     and what each git binary section inflates to.
@@ -274,7 +212,7 @@ def _scan_headers(text: str) -> tuple[list[tuple[int, str, bool]], list[int]]:
     binaries: list[int] = []
     old_left = new_left = 0
     hunk_line = 0
-    binary: _Binary | None = None
+    binary: BinarySection | None = None
     for no, line in enumerate(_split(text), 1):
         if old_left > 0 or new_left > 0:
             tag = line[:1]
@@ -303,7 +241,7 @@ def _scan_headers(text: str) -> tuple[list[tuple[int, str, bool]], list[int]]:
             binaries.append(binary.size)
             binary = None
         if line.rstrip("\r\n") == "GIT binary patch":
-            binary = _Binary(no)
+            binary = BinarySection(no)
             continue
         m = _HUNK_RE.match(line.encode("utf-8", "surrogateescape"))
         if m:
@@ -443,7 +381,10 @@ def validate_patch(patch: str | bytes, repo_root: Path, *, max_bytes: int = DEFA
         raise EmptyPatch("the patch is empty")
     _check_nul(data)
     text = data.decode("utf-8", "surrogateescape")
-    headers, binaries = _scan_headers(text)
+    try:
+        headers, binaries = _scan_headers(text)
+    except MalformedBinary as exc:
+        raise PatchRejected(str(exc)) from None
     if sum(binaries) > max_expand_bytes:
         raise PatchRejected(
             f"the patch's git binary hunks inflate to {sum(binaries) / 2**20:.1f} MiB, over the "
