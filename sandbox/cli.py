@@ -98,6 +98,8 @@ def add_sandbox_options(p: ArgumentParser, *, timeout: float, timeout_help: str)
     p.add_argument("--pids-limit", type=int, default=256, help="max processes per container")
     p.add_argument("--output-limit", default="1m", help="test output kept per run (the rest dropped)")
     p.add_argument("--max-patch-bytes", default="1m", help="patches larger than this are rejected")
+    p.add_argument("--max-apply-bytes", default="64m", help="what a patch's git binary hunks may inflate to when "
+                   "applied; over it the patch is rejected")
     p.add_argument("--max-write", default="2g", help="data the tests may write into the work tree before the "
                    "container is killed (the host's disk has no other quota)")
     p.add_argument("--runtime", help="OCI runtime dockerd starts the containers with, e.g. crun (faster starts; "
@@ -125,7 +127,7 @@ def sandbox_config(args: argparse.Namespace, repos_dir: Path, run_id: str = "adh
                                cpus=args.cpus, pids_limit=args.pids_limit, timeout=args.timeout,
                                max_workers=args.max_workers, output_limit_bytes=out_limit,
                                max_patch_bytes=max_patch, max_write_bytes=parse_size(args.max_write),
-                               run_id=run_id, runtime=args.runtime)
+                               max_apply_bytes=parse_size(args.max_apply_bytes), run_id=run_id, runtime=args.runtime)
         if config.memory_bytes < 6 << 20:
             raise ValueError("--memory must be at least 6m (Docker's minimum)")
     except ValueError as exc:
