@@ -78,7 +78,7 @@ def summarise(run: dict) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--project", action="append", required=True, metavar="OWNER/NAME=IMAGE[,PYTEST_ARG...]")
     p.add_argument("--mirrors", type=Path, required=True, help="holds <owner>+<name>/repo, a clone of each project")
     p.add_argument("--guard", action="append", default=[], metavar="LABEL=DIR",

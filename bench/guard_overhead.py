@@ -61,7 +61,7 @@ def synthetic_tree(root: Path, files: int) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--tests", type=int, default=2000)
     p.add_argument("--files", type=int, default=7000, help="files in the synthetic tree (Django has ~6,800)")
     p.add_argument("--repeats", type=int, default=5)
