@@ -32,6 +32,7 @@ from sandbox.env.images import ImageError
 from sandbox.env.toolchains import build_failure, go_requires
 from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.integrity import checks as integrity
+from sandbox.integrity.prerun import PreRun, settle_xfails
 from sandbox.jsonl import atomic_write_text
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
 from sandbox.report import build_report, collect_reports, log_dir_for, start_run
@@ -123,7 +124,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             return finish("empty_patch", "the prediction has no patch")
         ws = group.open()
         try:
-            info = validate_patch(patch, ws.base, max_bytes=config.max_patch_bytes)
+            info = validate_patch(patch, ws.base, max_bytes=config.max_patch_bytes,
+                                  max_expand_bytes=config.max_apply_bytes)
         except EmptyPatch as exc:
             return finish("empty_patch", str(exc) or "the patch changes nothing")
         except PatchRejected as exc:
@@ -139,6 +141,7 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
         ws.copy(tree)
         try:
             applied = apply_patch(tree, patch, base_commit=instance.base_commit, max_bytes=config.max_patch_bytes,
+                                  max_expand_bytes=config.max_apply_bytes,
                                   fresh=True)  # ws.copy just made it from the clean base checkout
         except EmptyPatch as exc:
             return finish("empty_patch", str(exc) or "the patch changes nothing")
@@ -152,15 +155,19 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
         res.patch_successfully_applied = True
         try:
             restored = restore_task_tests(tree, base_commit=instance.base_commit, test_patch=instance.test_patch,
-                                          model_patch_info=info, extra_protected=_test_files(instance))
+                                          model_patch_info=info, extra_protected=_test_files(instance),
+                                          changed=applied.changed_paths, config_links=applied.config_links)
         except TestPatchFailed as exc:
             return finish("infra_error", f"the task's own test_patch does not apply: {exc}")
         notes.append(f"== restore tests (touched: {', '.join(restored.touched) or 'none'}):\n{restored.log}")
         res.tampered_tests = bool(restored.tampered)
         # What the patch and the tree say before the run: the run cannot rewrite these findings.
-        static = integrity.static_findings(patch, info, _test_paths(instance), tree)
+        static = integrity.static_findings(patch, info, _test_paths(instance), tree, applied.changes)
         undefined = integrity.undefined_tests(instance, tree)
         hand_over(tree)
+        # pytest: which files the patch wrote and the conftest/configuration state, to judge the run against.
+        pre = PreRun.take(instance, tree, changed=applied.changed_paths, reverted=restored.touched,
+                          test_paths=_test_paths(instance)) if framework == "pytest" else None
         if stop.is_set():
             raise _Interrupted
         prepared = slot.run.result()
@@ -197,6 +204,9 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             log = outcome.report
         # pytest was told (PYTEST_ADDOPTS) to write a report: without one, the suite did not run.
         parsed = parse_results(framework, log, report_dir, require_report=framework == "pytest")
+        turned: list[str] = []
+        if pre is not None:  # an XFAIL counts only when it is the test's own (`settle_xfails`)
+            parsed, turned = settle_xfails(instance, parsed, live, pre)
         graded = grade(instance, parsed, exit_code=outcome.exit_code)
         res.tests_status = graded.tests_status if isinstance(graded.tests_status, TestsStatus) else TestsStatus(
             **graded.tests_status)
@@ -208,7 +218,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             return finish("infra_error", cause)
         error = None
         reasons = integrity.check(instance, parsed, report_dir=report_dir, output=log,
-                                  exit_code=outcome.exit_code, channel=live, undefined=undefined, static=static)
+                                  exit_code=outcome.exit_code, channel=live, undefined=undefined, static=static,
+                                  pre=pre) + turned  # an XFAIL the patch's code made is a forged pass
         if reasons:
             # The report cannot be trusted: not resolved, whatever it says (the trainer counts it as a hack).
             res.suspicious_report, res.resolved = True, False

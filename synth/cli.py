@@ -23,6 +23,7 @@ import json
 import sys
 from pathlib import Path
 
+from gagar.args import ArgumentParser
 from synth.mutate import KINDS
 
 
@@ -32,7 +33,7 @@ def _err(msg: str, cmd: str = "synth") -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gagar tasks", description="task sets for training and evaluation")
+    p = ArgumentParser(prog="gagar tasks", description="task sets for training and evaluation")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("synth", help="synthesize validated bug-fix tasks from Python projects (SWE-smith style)",
                        description=__doc__.split("\n\n")[0])
