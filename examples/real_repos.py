@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sandbox.integrity import gitsafe  # noqa: E402
 
-ap = argparse.ArgumentParser()
+ap = argparse.ArgumentParser(allow_abbrev=False)
 ap.add_argument("--repos-dir", required=True)
 ap.add_argument("--out", required=True)
 args = ap.parse_args()
