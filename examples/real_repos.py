@@ -17,7 +17,7 @@ import argparse
 import json
 import subprocess
 
-ap = argparse.ArgumentParser()
+ap = argparse.ArgumentParser(allow_abbrev=False)
 ap.add_argument("--repos-dir", required=True)
 ap.add_argument("--out", required=True)
 args = ap.parse_args()

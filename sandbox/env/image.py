@@ -140,11 +140,29 @@ def build_script(plan: EnvPlan) -> str:
                   "go mod download", "go list -deps -test ./... >/dev/null"]
     for cmd in s.install:
         lines += [f"echo {shlex.quote('== install: ' + cmd)}", cmd]
+    if plan.language == "python":
+        lines += _venv_launchers()
     lines += ["echo '== cleanup'", "cd /", "find /testbed -mindepth 1 -delete",
               "rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /root/.cache /tmp/* 2>/dev/null || true",
               f"for d in {VENV} {GO_MODCACHE}; do [ -e $d ] && chmod -R a+rX $d; done; true",
               "echo '== done'"]
     return "\n".join(lines) + "\n"
+
+
+# Test runners the base image has as Debian scripts (`#!/usr/bin/python3`): that interpreter does not see the
+# venv's site-packages, so a command `pytest …` — SWE-bench's own — ran the tests without the environment's
+# packages and editable install (`No module named 'flask'` in conftest.py, exit 4), where `python -m pytest` in
+# the same container passed. When the venv has no launcher of its own, it gets one bound to its interpreter.
+VENV_LAUNCHERS = ("pytest", "py.test")
+
+
+def _venv_launchers() -> list[str]:
+    body = (f"#!{VENV}/bin/python\n# gagar: the base image's pytest, run by the environment's interpreter\n"
+            "import sys\nimport pytest\nsys.exit(pytest.main())\n")
+    return ["echo '== venv launchers'",
+            f"for s in {' '.join(VENV_LAUNCHERS)}; do if [ ! -e {VENV}/bin/$s ] && {VENV}/bin/python -c 'import pytest'"
+            f" 2>/dev/null; then printf {shlex.quote(body)} > {VENV}/bin/$s && chmod 755 {VENV}/bin/$s && "
+            "echo \"== launcher: $s (the base's pytest, on the venv's python)\"; fi; done"]
 
 
 _CAUSES = (

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GIT = shutil.which("git") or "git"
+PRLIMIT = shutil.which("prlimit")  # util-linux: caps the size of any file a git command writes
 NO_HOME = "/nonexistent"
 HARDENED_CONFIG = (
     "core.hooksPath=/dev/null",
@@ -142,16 +143,18 @@ def hardened_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def run(*args: str, git_dir: Path | str | None = None, work_tree: Path | str | None = None,
         cwd: Path | str | None = None, trusted_dir: Path | str | None = None, input: str | bytes | None = None,
-        binary: bool = False, env: dict[str, str] | None = None, timeout: float = 600) -> GitResult:
+        binary: bool = False, env: dict[str, str] | None = None, timeout: float = 600,
+        max_file_bytes: int | None = None) -> GitResult:
     """Run `git ARGS` hardened; never raises on a failing git (see `git()` for that).
 
     `git_dir`/`work_tree` name the repository explicitly (GIT_DIR/GIT_WORK_TREE). Without `git_dir`, `cwd` is
     the repository and discovery stops there (it never climbs into a parent repo). `trusted_dir` is a
     repository gagar did not create but trusts (the user's clone) that may be owned by another user: it is the
-    one `safe.directory` allowed. `binary` returns stdout as bytes; `input` is fed to stdin.
+    one `safe.directory` allowed. `binary` returns stdout as bytes; `input` is fed to stdin. `max_file_bytes`
+    caps the size of any file git writes (`RLIMIT_FSIZE`; git dies of SIGXFSZ past it), where `prlimit` exists.
     """
     _refuse_untrusted(git_dir, work_tree, cwd)
-    cmd = [GIT]
+    cmd = [PRLIMIT, f"--fsize={max_file_bytes}", "--", GIT] if max_file_bytes and PRLIMIT else [GIT]
     for opt in HARDENED_CONFIG:
         cmd += ["-c", opt]
     if trusted_dir is not None:
