@@ -14,6 +14,7 @@ import argparse
 import importlib
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 
 from gagar.args import ArgumentParser
@@ -114,11 +115,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gagar {word}: this command is not available in this installation ({exc})", file=sys.stderr)
         return 2
     handler = getattr(module, cmd.function)
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (a scheduler's stop, `kill`) ends a command as Ctrl-C does, through its `finally`s and atexit:
+        # the default action would leave the containers, servers and engine processes it started running.
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(handler(rest) or 0)
     except KeyboardInterrupt:
         print(f"gagar {word}: interrupted", file=sys.stderr)
         return 130
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def run() -> None:

@@ -126,6 +126,11 @@ class Engine:
             raise ImportError(MISSING) from exc
         check_model(spec.model)
         self.spec = spec
+        import psutil
+
+        from inference.reaper import guard
+
+        before = {c.pid for c in psutil.Process().children()}
         try:
             self.llm = LLM(**spec.engine_args())
         except Exception as exc:  # vLLM reports the engine core's failure as a bare RuntimeError
@@ -136,12 +141,14 @@ class Engine:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # one call into the engine at a time (the judge may run on a thread)
         self._closed = threading.Event()
-        threading.Thread(target=self._watch, name="gagar-vllm-watch", daemon=True).start()
+        # the engine's processes die with this one even when it is killed outright (no atexit, no finally)
+        self._reaper = guard([c.pid for c in psutil.Process().children() if c.pid not in before])
+        threading.Thread(target=self._watch, args=(self.llm.llm_engine.engine_core,), name="gagar-vllm-watch",
+                         daemon=True).start()
 
-    def _watch(self) -> None:
+    def _watch(self, client: Any) -> None:
         """vLLM 0.32's in-process client notices a dead engine core (its monitor sets `engine_dead`) but leaves a
         request that waits for outputs blocked forever; hand that request the engine's death instead."""
-        client = self.llm.llm_engine.engine_core
         while not self._closed.wait(0.5):
             if getattr(getattr(client, "resources", None), "engine_dead", False):
                 from vllm.v1.engine.exceptions import EngineDeadError
@@ -218,6 +225,9 @@ class Engine:
                 client.shutdown()
             except Exception:  # already gone
                 pass
+        reaper = getattr(self, "_reaper", None)
+        if reaper is not None:
+            reaper.stop()
 
 
 _ENGINES: dict[EngineSpec, Engine] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -214,3 +215,24 @@ def test_every_script_parser_refuses_abbreviations_too() -> None:
             elif isinstance(f, ast.Name) and f.id == "ArgumentParser" and not ours and rel != "gagar/args.py":
                 bad.append(f"{rel}:{node.lineno}")
     assert not bad, f"parsers that allow abbreviations: {bad}"
+
+
+def test_sigterm_ends_a_command_through_its_cleanup_as_ctrl_c_does(tmp_path):
+    """A command stopped by SIGTERM (a scheduler, `kill`) runs its `finally`s and atexit handlers, where its
+    containers, servers and engine processes are stopped; the default action would skip both."""
+    (tmp_path / "sleeper.py").write_text(
+        "import time\n\ndef main(argv):\n    print('started', flush=True)\n    time.sleep(60)\n")
+    script = ("import atexit, sys\n"
+              "from gagar import cli\n"
+              "atexit.register(lambda: print('cleaned up', flush=True))\n"
+              "cli.COMMANDS['eval'] = cli.Command('sleeper', 'main', 'a command that blocks')\n"
+              "sys.exit(cli.main(['eval']))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stdout.readline().strip() == "started"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "cleaned up" in out
+    assert "interrupted" in err

@@ -183,3 +183,29 @@ def test_an_engine_that_dies_mid_run_names_the_cause_and_leaves_nothing_running(
     be.close()
     assert _gone(new) and not (_ours() & new)
     assert backend.generate([prompt], max_new_tokens=4, temperature=1.0)[0].token_ids  # the other engine lives
+
+
+def test_an_owner_killed_outright_leaves_no_engine_processes(smol):
+    """The process that built an engine is killed with SIGKILL (the kernel's out-of-memory killer does that): no
+    atexit or `finally` runs in it, yet its engine core and worker (gigabytes) must not stay behind as orphans."""
+    import subprocess
+    import sys
+
+    script = ("import sys, time, psutil\n"
+              "from inference.vllm import EngineSpec, acquire\n"
+              "if __name__ == '__main__':\n"
+              "    acquire(EngineSpec(model=sys.argv[1], seed=2))\n"
+              "    kids = [p.pid for p in psutil.Process().children(recursive=True) if 'VLLM' in p.name()]\n"
+              "    print('PIDS', *kids, flush=True)\n"
+              "    time.sleep(600)\n")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", script, str(smol)], cwd=root, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        line = next((ln for ln in proc.stdout if ln.startswith("PIDS")), "")  # vLLM logs to stdout too
+        pids = {int(p) for p in line.split()[1:]}
+        assert pids, "no engine processes seen in the child"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _gone(pids), f"engine processes left running: {[_name(psutil.Process(p)) for p in pids if psutil.pid_exists(p)]}"
