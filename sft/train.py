@@ -44,6 +44,9 @@ class TinyModelSection(Section):
 class DataSection(Section):
     train: str
     val: str | None = None
+    # objective "decision": keep as many pairs whose better patch is the bigger one as pairs whose better patch is
+    # the smaller one (the larger side is subsampled, both orders of a pair kept together), so size is no shortcut
+    balance_size: bool = False
 
 
 class LoraSection(Section):
@@ -92,6 +95,9 @@ class EvalSection(Section):
 
 
 class SftConfig(Section):
+    # conversation: the generative judge (loss on the assistant turns); decision: the scoring judge (loss on the
+    # one answer token of each pair record, `sft.pairs`; the records come from `gagar sft data --records pairs`)
+    objective: Literal["conversation", "decision"] = "conversation"
     model: str | None = None  # hub id or local path (or give tiny_model)
     tiny_model: TinyModelSection | None = None
     data: DataSection
@@ -143,6 +149,15 @@ def _fits(tokenizer: Any, records: list[dict[str, Any]], max_length: int) -> tup
         ids = tokenizer.apply_chat_template(r["messages"], tokenize=True, return_dict=True)["input_ids"]
         if len(ids) <= max_length:
             keep.append(r)
+    return keep, len(records) - len(keep)
+
+
+def _fits_decision(tokenizer: Any, records: list[dict[str, Any]], max_length: int
+                   ) -> tuple[list[dict[str, Any]], int]:
+    """Pair records tokenized for the decision objective (`sft.decision.tokenize_decision`), those that fit."""
+    from sft.decision import tokenize_decision
+
+    keep = [r for r in (tokenize_decision(tokenizer, rec) for rec in records) if len(r["input_ids"]) <= max_length]
     return keep, len(records) - len(keep)
 
 
@@ -331,16 +346,33 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train_rows, dropped_train = _fits(tokenizer, read_records(cfg["data"]["train"]), int(t["max_length"]))
+    decision = cfg["objective"] == "decision"
+    fit = _fits_decision if decision else _fits
+    raw_train = read_records(cfg["data"]["train"])
+    balance = None
+    if decision and cfg["data"]["balance_size"]:
+        from sft.decision import balance_by_size
+
+        raw_train, balance = balance_by_size(raw_train, seed=int(t["seed"]))
+        if not balance["kept_per_side"]:
+            raise ConfigError(f"data.balance_size: {cfg['data']['train']} holds {balance['bigger_wins_pairs']} pairs "
+                              f"whose better patch is the bigger one and {balance['smaller_wins_pairs']} whose better "
+                              "patch is the smaller one; balancing needs both (build the data with --inverted)")
+    train_rows, dropped_train = fit(tokenizer, raw_train, int(t["max_length"]))
     val_rows, dropped_val = ([], 0)
     if cfg["data"]["val"]:
-        val_rows, dropped_val = _fits(tokenizer, read_records(cfg["data"]["val"]), int(t["max_length"]))
+        val_rows, dropped_val = fit(tokenizer, read_records(cfg["data"]["val"]), int(t["max_length"]))
     if not train_rows:
         raise ConfigError(
             f"no training record fits max_length={t['max_length']} tokens; raise training.max_length"
         )
-    train_ds = Dataset.from_list([{"messages": r["messages"]} for r in train_rows] * max(1, int(t["repeat"])))
-    val_ds = Dataset.from_list([{"messages": r["messages"]} for r in val_rows]) if val_rows else None
+    if decision:  # pre-tokenized: the prompt, then the answer token, the only one with loss (completion_mask)
+        columns = ("input_ids", "completion_mask")
+        train_ds = Dataset.from_list([{k: r[k] for k in columns} for r in train_rows] * max(1, int(t["repeat"])))
+        val_ds = Dataset.from_list([{k: r[k] for k in columns} for r in val_rows]) if val_rows else None
+    else:
+        train_ds = Dataset.from_list([{"messages": r["messages"]} for r in train_rows] * max(1, int(t["repeat"])))
+        val_ds = Dataset.from_list([{"messages": r["messages"]} for r in val_rows]) if val_rows else None
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if bf16 else torch.float32)
     targets = lo["target_modules"]
     layers = _layer_range(lo["layers"])
@@ -375,7 +407,8 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         max_length=int(t["max_length"]),
         packing=bool(t["packing"]),
         train_sampling_strategy=str(t["sampling"]),
-        assistant_only_loss=True,
+        assistant_only_loss=not decision,
+        completion_only_loss=True if decision else None,
         gradient_checkpointing=ckpt,
         activation_checkpointing=False,
         bf16=bf16,
@@ -396,7 +429,7 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         eval_dataset=val_ds,
         processing_class=tokenizer,
         peft_config=lora,
-        ranking_records=val_rows[: int(ev["max_groups"])] if ev["ranking"] else [],
+        ranking_records=val_rows[: int(ev["max_groups"])] if ev["ranking"] and not decision else [],
         ranking_max_new_tokens=int(ev["max_new_tokens"]),
     )
     clock = _clock_callback(float(t["max_minutes"]) if t["max_minutes"] else None)
@@ -437,7 +470,9 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         "planned_steps": clock.planned_steps,
         "steps_fitted_to_budget": clock.fitted_steps,
         "train_loss": result.training_loss,
+        "objective": cfg["objective"],
         "records": {"train": len(train_rows), "val": len(val_rows)},
+        "size_balance": balance,
         "dropped_too_long": {"train": dropped_train, "val": dropped_val},
         "device": "cuda" if gpu else "cpu",
         "bf16": bf16,
