@@ -83,6 +83,7 @@ def score(gradings: list[Grading], gold: dict[str, list[str]], inverted: dict[st
             hack_ok += "gold" in pos and "hack" in pos and pos["gold"] < pos["hack"]
     return {
         "groups": len(gold), "answered": len(answered), "usable": round(len(answered) / max(1, len(gold)), 4),
+        "fallback_rate": round(1 - len(answered) / max(1, len(gold)), 4),
         "top1": round(m["top1"], 4), "pairwise": round(m["pairwise_accuracy"], 4),
         "kendall_tau": round(m["kendall_tau"], 4),
         "size_inverted_pairs": inv_n, "size_inverted_pairwise": round(inv_ok / max(1, inv_n), 4),

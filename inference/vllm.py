@@ -127,6 +127,9 @@ class VLLMBackend:
         from vllm.inputs import TokensPrompt
 
         tok = self.llm.get_tokenizer()
+        # temperature 1, no top-p/top-k: the one token sampled is not used, and the log-probs are the model's own
+        # whether the engine reports raw or processed ones (an engine shared with the policy reports processed)
+        plain = {"max_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "detokenize": False}
         out: list[list[float] | BackendError] = []
         jobs: list[tuple[int, Any, SamplingParams, Any]] = []  # (request, prompt, params, what to read)
         for ri, (msgs, prefix, options) in enumerate(requests):
@@ -138,11 +141,11 @@ class VLLMBackend:
             out.append([])
             one = one_token_options(seqs, start)
             if one is not None:
-                params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=one, detokenize=False)
+                params = SamplingParams(**plain, logprob_token_ids=one)
                 jobs.append((ri, TokensPrompt(prompt_token_ids=seqs[0][:start]), params, one))
             else:
                 for seq in seqs:
-                    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+                    params = SamplingParams(**plain, prompt_logprobs=0)
                     jobs.append((ri, TokensPrompt(prompt_token_ids=seq), params, (seq, start)))
         for (ri, _, _, want), got in zip(jobs, self._generate_each([(p, sp) for _, p, sp, _ in jobs]), strict=True):
             if isinstance(out[ri], BackendError):
