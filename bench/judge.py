@@ -8,7 +8,7 @@ none of which gave a training record or a calibration group) are ranked by:
 - the heuristic (`grader.heuristic`, diff features and sizes);
 - the generative judge as measured before (the row of an earlier `make judge` run, copied from `--previous`
   when it ranked the same selection of the same held-out instances; it is not rerun: see docs/sft.md);
-- the scoring judge (`grader.scoring`, base + LoRA adapter: each pair in both orders, P("A") averaged);
+- the scoring judge (`grader.judge.scoring`, base + LoRA adapter: each pair in both orders, P("A") averaged);
 - the combined judge: the scorer's verdict where |P − ½| ≥ the confidence `gagar sft calibrate` chose on the
   calibration groups (training projects), the heuristic's order elsewhere.
 
@@ -40,11 +40,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.hacks import apply_hacks, workspace_hacks  # noqa: E402
+from grader.hacks.detect import apply_hacks, workspace_hacks  # noqa: E402
 from grader.heuristic import rank_workspace  # noqa: E402
+from grader.judge.scoring import ScoringJudge, Verdicts, read_calibration  # noqa: E402
 from grader.metrics import evaluate  # noqa: E402
 from grader.records import Grading, load_groups, read_jsonl, write_jsonl_atomic  # noqa: E402
-from grader.scoring import ScoringJudge, Verdicts, read_calibration  # noqa: E402
 from grader.workspace import SharedWorkspace  # noqa: E402
 from sandbox.report import atomic_write_text  # noqa: E402
 from trainer.experiments.verdicts import diff_size  # noqa: E402
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm", action="store_true", help="also score with the vLLM backend (cost and rankings)")
     p.add_argument("--note", default="", help="what else the machine was doing (recorded as is)")
     args = p.parse_args(argv)
-    from grader.backends import make_backend
+    from grader.judge.backends import make_backend
 
     manifest = json.loads((args.data / "manifest.json").read_text())
     repos = args.repos_dir or Path(manifest.get("repos_dir") or ROOT / ".gagar/judge/repos")

@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grader.backends import ChatBackend, make_backend
 from grader.grade import grade_groups
+from grader.judge.backends import ChatBackend, make_backend
 from grader.metrics import evaluate
 from grader.records import Group, InputError, load_groups, read_jsonl, write_jsonl_atomic
 from sandbox.integrity import gitsafe
@@ -76,7 +76,7 @@ def _confidence(args: argparse.Namespace) -> str | None:
     """Fill `args.confidence` for the combined judge from the adapter's calibration; the problem, if any."""
     if args.judge != "combined" or args.confidence is not None:
         return None
-    from grader.scoring import CALIBRATION_FILE, read_calibration
+    from grader.judge.scoring import CALIBRATION_FILE, read_calibration
 
     try:
         cal = read_calibration(args.adapter) if args.adapter else None

@@ -2,7 +2,7 @@
 
 The model judges grade `batch_groups` groups at a time: their workspaces are open together and every
 conversation (each group × each permutation) advances in the same model batch (`LLMJudge.grade_workspaces`), or
-every pair prompt of every group is scored in one call (`grader.scoring.ScoringJudge`).
+every pair prompt of every group is scored in one call (`grader.judge.scoring.ScoringJudge`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
 
-from grader.backends import ChatBackend
-from grader.hacks import apply_hacks, workspace_hacks
+from grader.hacks.detect import apply_hacks, workspace_hacks
 from grader.heuristic import rank_workspace
-from grader.judge import LLMJudge
+from grader.judge.backends import ChatBackend
+from grader.judge.llm import LLMJudge
+from grader.judge.scoring import ScoringJudge
 from grader.records import Grading, Group
-from grader.scoring import ScoringJudge
 from grader.workspace import SharedWorkspace
 
 # heuristic: model-free; llm: the generative, agentic judge; score: the learned pairwise scorer; combined: the
-# scorer's verdicts where confident, the heuristic's order elsewhere (grader.scoring)
+# scorer's verdicts where confident, the heuristic's order elsewhere (grader.judge.scoring)
 JUDGES = ("heuristic", "llm", "score", "combined")
 BATCH_GROUPS = 8
 
@@ -30,7 +30,7 @@ BATCH_GROUPS = 8
 def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int, stats: Counter[str] | None,
          answer_grammar: bool | None) -> LLMJudge:
     if backend is None:
-        raise ValueError("judge='llm' needs a backend (see grader.backends)")
+        raise ValueError("judge='llm' needs a backend (see grader.judge.backends)")
     return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens, stats=stats,
                     answer_grammar=answer_grammar)
 
@@ -74,7 +74,7 @@ def grade_groups(
 
     `stats` (LLM judge) accumulates reply counts: `replies`, `unusable_replies`, `runs`, `failed_runs`,
     `grammar_answers`, ... `answer_grammar` (LLM judge): None decodes the answer in the answer grammar
-    (`grader.grammar`) whenever a free reply is unusable and the backend can score continuations; False never.
+    (`grader.judge.grammar`) whenever a free reply is unusable and the backend can score continuations; False never.
     `confidence` (combined judge): the threshold on |P − ½| from which a learned verdict is used
     (`gagar sft calibrate` chooses it).
     """

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grader.judge.scoring import CALIBRATION_FILE
 from grader.metrics import pairwise_accuracy, top1
 from grader.records import InputError
-from grader.scoring import CALIBRATION_FILE
 from sft.pairs import decision_prompt
 from sft.records import RecordError
 
@@ -38,7 +38,7 @@ def tokenize_decision(tokenizer: Any, record: dict[str, Any]) -> dict[str, Any]:
     `completion_mask` that is 1 on the answer token only: the ids `score_continuations` reads at inference
     (`inference.base.option_rows`, the one tokenization of both). Every answer must be one token after the
     prompt's own."""
-    from grader.scoring import ANSWERS
+    from grader.judge.scoring import ANSWERS
     from inference.base import BackendError, one_token_options, option_rows
 
     prompt, answer = decision_prompt(record)
@@ -75,7 +75,7 @@ def balance_by_size(records: list[dict[str, Any]], *, seed: int = 0
 
 def sweep(verdicts: list[Any], gold: dict[str, list[str]]) -> list[dict[str, Any]]:
     """Top-1, mean pairwise accuracy and the learned verdicts' share of pairs for each threshold of `GRID`."""
-    from grader.scoring import rank_verdicts
+    from grader.judge.scoring import rank_verdicts
 
     rows = []
     for tau in GRID:
@@ -104,7 +104,7 @@ def calibrate(groups: list[Any], gold: dict[str, list[str]], repos_dir: Path, ba
     """Score the groups once and sweep the confidence threshold; the report `score_calibration.json` holds."""
     from contextlib import ExitStack
 
-    from grader.scoring import ScoringJudge
+    from grader.judge.scoring import ScoringJudge
     from grader.workspace import SharedWorkspace
 
     judge = ScoringJudge(backend)
@@ -155,7 +155,7 @@ def main(argv: list[str]) -> int:
             raise InputError(f"{args.labels}: no known order for {', '.join(missing[:5])}")
         if not groups:
             raise InputError(f"{args.groups}: no groups (was the data built with --calib-fraction?)")
-        from grader.backends import make_backend
+        from grader.judge.backends import make_backend
 
         backend = make_backend(args.backend, args.model, adapter=str(args.adapter))
         report = calibrate(groups, gold, args.repos_dir, backend)

@@ -1,7 +1,7 @@
 """Training records of the scoring judge: every pair of a known-order group, in both orders, answered by one token.
 
 A group `gold > d1 > d2 > partial` gives six pairs and twelve records. Each record is the scoring judge's own
-prompt (`grader.scoring.pair_messages`: built from the same staged workspace, findings and view as at
+prompt (`grader.judge.scoring.pair_messages`: built from the same staged workspace, findings and view as at
 inference) and the answer "A" or "B". Both orders of every pair are kept, so the answer is A in exactly half of
 the records and the letter carries no information. Each record notes whether the better patch of its pair is the
 bigger one (`bigger_wins`, changed lines), so the trainer can balance the size-inverted pairs (a complete fix
@@ -14,8 +14,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from grader.judge.scoring import ANSWERS, pair_messages, rollout_findings
 from grader.records import Group
-from grader.scoring import ANSWERS, pair_messages, rollout_findings
 from grader.workspace import SharedWorkspace
 from sft.records import RecordError
 from trainer.experiments.verdicts import diff_size

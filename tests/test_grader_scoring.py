@@ -1,4 +1,4 @@
-"""The scoring judge (grader.scoring): pair prompts, both-order averaging, ranking, the combined rule, fallbacks.
+"""The scoring judge (grader.judge.scoring): pair prompts, both-order averaging, ranking, the combined rule, fallbacks.
 
 The model here is a stand-in object with a `score_continuations` method that reads the prompt (plumbing: it checks
 what the judge does with the probabilities, not what a model learns); the real backends' scoring is checked in
@@ -14,11 +14,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grader.backends import BackendError
 from grader.grade import grade_groups
 from grader.heuristic import rank_workspace
+from grader.judge.backends import BackendError
+from grader.judge.scoring import (
+    ANSWERS,
+    ScoringJudge,
+    pair_messages,
+    prefer_first,
+    rank_verdicts,
+    rollout_findings,
+)
 from grader.records import Group, load_groups, tier_weights
-from grader.scoring import ANSWERS, ScoringJudge, pair_messages, prefer_first, rank_verdicts, rollout_findings
 from grader.workspace import SharedWorkspace
 from trainer.experiments.verdicts import diff_size
 

@@ -1,5 +1,5 @@
 """The judge's training data beyond the bundled tasks: fixes mined from a repository's history (`gagar sft
-history`), the smaller-but-worse candidates (`sft.inverted`), the candidate view of the prompt (`grader.view`),
+history`), the smaller-but-worse candidates (`sft.inverted`), the candidate view of the prompt (`grader.judge.view`),
 and the split by project with the mixed groups of `gagar sft data --split repo --inverted`.
 
 Everything runs on a small repository made here, with a real history: a fix commit (library code and its test), a
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from sandbox_fixtures import commit_tree, git
 
+from grader.judge.view import change_view, enclosing
 from grader.records import Candidate, Group, read_jsonl
-from grader.view import change_view, enclosing
 from grader.workspace import SharedWorkspace
 from sft.cli import main as sft_main
 from sft.data import RANK, mixed, project, split_repos
@@ -298,8 +298,8 @@ def test_bench_scores_size_inverted_pairs_gold_above_hack_and_fallbacks_as_wrong
 
 
 def test_bench_breaks_pairs_down_by_kind_and_keeps_the_generative_row_only_for_the_same_selection(tmp_path):
+    from grader.judge.scoring import Verdicts
     from grader.records import Grading
-    from grader.scoring import Verdicts
 
     bench = _bench()
     h = Grading("g#0", ["partial", "gold", "d1"], {}, {}, {}, "heuristic")
@@ -336,7 +336,7 @@ class _Recorder:
 
 
 def test_judge_without_findings_sees_only_the_code(history):
-    from grader.judge import LLMJudge
+    from grader.judge.llm import LLMJudge
 
     [inst] = read_jsonl(history / "instances.jsonl")
     with scratch_tree(inst, history / "repos") as tree:

@@ -136,7 +136,7 @@ class GraderSection(_Section):
     confidence: float | None = Field(None, ge=0, le=0.5)
     base_url: Str = ""
     permutations: int = Field(1, ge=1)
-    # The behavioural hack probe (grader.probes): perturbed re-runs of the failing tests in the sandbox, per
+    # The behavioural hack probe (grader.probe.runner): perturbed re-runs of the failing tests in the sandbox, per
     # group with a passing rollout, before dynamic sampling; its verdicts join the static ones.
     probe: bool = False
     probe_budget_s: float = Field(120.0, gt=0)

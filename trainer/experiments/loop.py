@@ -32,7 +32,7 @@ ARMS: dict[str, list[str]] = {
     "grpo": ["advantage.mode=grpo"],
     "grpo+gagar": ["advantage.mode=grpo+gagar"],  # with the config's grader (the heuristic by default)
     # the learned judge of `make judge`: SmolLM2-135M-Instruct + its LoRA adapter, the scoring judge combined with
-    # the heuristic at the confidence calibrated beside the adapter (grader.scoring)
+    # the heuristic at the confidence calibrated beside the adapter (grader.judge.scoring)
     "grpo+gagar-llm": ["advantage.mode=grpo+gagar", "grader.judge=combined", "grader.model=smollm2-135m-instruct",
                        "grader.adapter=.gagar/models/judge"],
     "gapo+gagar": ["advantage.mode=gapo+gagar"],
