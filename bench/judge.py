@@ -46,7 +46,7 @@ from grader.judge.scoring import ScoringJudge, Verdicts, read_calibration  # noq
 from grader.metrics import evaluate  # noqa: E402
 from grader.records import Grading, load_groups, read_jsonl, write_jsonl_atomic  # noqa: E402
 from grader.workspace import SharedWorkspace  # noqa: E402
-from sandbox.report import atomic_write_text  # noqa: E402
+from sandbox.jsonl import atomic_write_text  # noqa: E402
 from trainer.experiments.verdicts import diff_size  # noqa: E402
 
 COLUMNS = ("usable", "top-1", "pairwise", "size-inverted pairwise", "gold above hack")
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm", action="store_true", help="also score with the vLLM backend (cost and rankings)")
     p.add_argument("--note", default="", help="what else the machine was doing (recorded as is)")
     args = p.parse_args(argv)
-    from grader.judge.backends import make_backend
+    from inference.backends import make_backend
 
     manifest = json.loads((args.data / "manifest.json").read_text())
     repos = args.repos_dir or Path(manifest.get("repos_dir") or ROOT / ".gagar/judge/repos")

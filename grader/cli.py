@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from grader.grade import grade_groups
-from grader.judge.backends import ChatBackend, make_backend
 from grader.metrics import evaluate
 from grader.records import Group, InputError, load_groups, read_jsonl, write_jsonl_atomic
+from inference.backends import make_backend
+from inference.base import ChatBackend
 from sandbox.integrity import gitsafe
 
 
@@ -26,7 +27,7 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
                         "sft calibrate` wrote beside --adapter)")
     p.add_argument("--model", help="judge model: local path or hub id (openai: the server's model name)")
     p.add_argument("--adapter", help="PEFT adapter directory (transformers and vllm backends)")
-    p.add_argument("--backend", choices=["transformers", "openai", "vllm"], default="transformers")
+    p.add_argument("--backend", choices=["transformers", "openai", "vllm", "vllm-server"], default="transformers")
     p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--permutations", type=int, default=1, help="shuffled label orders, Borda-aggregated")
     p.add_argument("--max-turns", type=int, default=12, help="tool-call budget per judge run")

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from grader.hacks.detect import apply_hacks, workspace_hacks
 from grader.heuristic import rank_workspace
-from grader.judge.backends import ChatBackend
 from grader.judge.llm import LLMJudge
 from grader.judge.scoring import ScoringJudge
 from grader.records import Grading, Group
 from grader.workspace import SharedWorkspace
+from inference.base import ChatBackend
 
 # heuristic: model-free; llm: the generative, agentic judge; score: the learned pairwise scorer; combined: the
 # scorer's verdicts where confident, the heuristic's order elsewhere (grader.judge.scoring)
@@ -30,7 +30,7 @@ BATCH_GROUPS = 8
 def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int, stats: Counter[str] | None,
          answer_grammar: bool | None) -> LLMJudge:
     if backend is None:
-        raise ValueError("judge='llm' needs a backend (see grader.judge.backends)")
+        raise ValueError("judge='llm' needs a backend (see inference.backends.make_backend)")
     return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens, stats=stats,
                     answer_grammar=answer_grammar)
 

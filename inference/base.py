@@ -1,4 +1,4 @@
-"""The backend protocols, the sample record and the one factory."""
+"""The backend protocols, the sample record and `chat_batch` (the factory is `inference.backends`)."""
 
 from __future__ import annotations
 
@@ -118,46 +118,3 @@ def chat_batch(
         except BackendError as exc:
             out.append(exc)
     return out
-
-
-def make_backend(
-    kind: str,
-    model: Any,
-    *,
-    adapter: str | None = None,
-    base_url: str | None = None,
-    tokenizer: Any = None,
-    work_dir: str | None = None,
-    **engine: Any,
-) -> Any:
-    """Build a backend; raises ValueError with an actionable message.
-
-    `model` is a path, a hub id or a registry model name (the judge), or an already loaded model with its `tokenizer` (the policy's
-    transformers backend samples from the training model itself). `openai` here is the chat client; the
-    policy's token-id completions client is `trainer.rollout.openai_server` (it hot-loads LoRA adapters).
-    """
-    if kind in ("transformers", "vllm") and isinstance(model, str) and model:
-        from inference.models import resolve_model
-
-        model = resolve_model(model)  # a registry name (`gagar model pull`) → its local directory
-    if kind == "transformers":
-        if model is None or model == "":
-            raise ValueError("--backend transformers needs --model PATH_OR_ID")
-        from inference.hf import TransformersBackend
-
-        return TransformersBackend(model, adapter, tokenizer=tokenizer, **engine)
-    if kind == "openai":
-        if not base_url or not model:
-            raise ValueError("--backend openai needs --base-url URL and --model NAME (the server's model name)")
-        if adapter:
-            raise ValueError("--adapter is not used with --backend openai: serve the adapter (vllm --lora-modules)")
-        from inference.openai import OpenAIBackend
-
-        return OpenAIBackend(base_url, str(model), **engine)
-    if kind == "vllm":
-        if not model:
-            raise ValueError("--backend vllm needs --model PATH_OR_ID")
-        from inference.vllm import VLLMBackend
-
-        return VLLMBackend(str(model), adapter, tokenizer=tokenizer, work_dir=work_dir, **engine)
-    raise ValueError(f"unknown backend {kind!r}; choose transformers, openai or vllm")

@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repos-dir", required=True, type=Path)
     p.add_argument("--model", required=True, help="base model: hub id, local path, or server model name")
     p.add_argument("--adapter", help="LoRA adapter directory from `gagar sft train` (transformers backend)")
-    p.add_argument("--backend", choices=("transformers", "openai", "vllm"), default="transformers")
+    p.add_argument("--backend", choices=("transformers", "openai", "vllm", "vllm-server"), default="transformers")
     p.add_argument("--base-url", help="OpenAI-compatible server (with --backend openai)")
     p.add_argument("--max-turns", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=512)
@@ -145,8 +145,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
     prog = "gagar sft eval"
-    from grader.judge.backends import make_backend
     from grader.records import InputError, load_groups
+    from inference.backends import make_backend
 
     try:
         groups = load_groups(args.groups)[: args.max_groups or None]

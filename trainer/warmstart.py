@@ -28,7 +28,7 @@ from sandbox.report import staged_dir
 from trainer.agent.prompts import single_turn_messages
 from trainer.agent.tokens import Conversation
 from trainer.config import TasksConfig, TrainConfig
-from trainer.policy import token_logprobs
+from trainer.logprobs import token_logprobs
 from trainer.tasks import fixed_subset, load_instances
 
 _MARKER = "gagar_warmstart.json"

@@ -4,7 +4,8 @@ its passing patches (changed lines and files, lines outside the functions the re
 The held-out tasks are a split of the task set (`tasks.split`, e.g. `heldout` of `gagar tasks synth`'s
 `splits.json`, whose repositories no training task comes from); a fixed subset of them (`max_tasks`, the same for
 every arm and seed) keeps the cost in budget. The run's last checkpoint is loaded as the trainer would resume
-it; every patch goes through the same sandbox as training. The figures are written to `<run>/heldout.json`
+it, and a separate sampling engine (vLLM, a server) is handed its trained adapter before it samples; every patch
+goes through the same sandbox as training. The figures are written to `<run>/heldout.json`
 (atomically) and reused when that file exists for the same settings.
 """
 
@@ -16,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import atomic_write_text
 from sandbox.records import EvalResult, Prediction
-from sandbox.report import atomic_write_text
 from trainer.config import TrainConfig
 from trainer.experiments.scope import task_scope
 from trainer.experiments.verdicts import diff_size
@@ -51,6 +52,7 @@ def evaluate_heldout(cfg: TrainConfig, run: Path, *, max_tasks: int, k: int,
         if done.get("settings") == settings:
             return done
 
+    from inference.backends import close_backend
     from trainer.checkpoint import latest_checkpoint, load_state
     from trainer.generation import generate
     from trainer.policy import build_policy
@@ -69,20 +71,28 @@ def evaluate_heldout(cfg: TrainConfig, run: Path, *, max_tasks: int, k: int,
     pool = SandboxPool(cfg.sandbox, repos, run_id=f"heldout-{run.name}")
     policy = build_policy(cfg, instances, ckpt=ckpt, state=state, log=log)
     backend = make_backend(cfg, policy.model, policy.tokenizer, str(run), base_path=policy.base_path)
-    policy.model.eval()
-    ids = sorted(instances)
-    r = cfg.rollout
-    draws = {"greedy": r.model_copy(update={"n": 1, "temperature": 0.0}), "sampled": r.model_copy(update={"n": k})}
     rows: dict[str, list[tuple[str, str, EvalResult]]] = {}
     tokens: list[int] = []
-    for name, rc in draws.items():
-        trajs = [t for g in generate(rc, backend, policy.tokenizer, instances, ids, f"heldout-{name}",
-                                     repos_dir=repos, sandbox=pool.config()) for t in g]
-        preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch, model_name_or_path="gagar-heldout",
-                            rollout_id=t.rollout_id) for t in trajs]
-        results = {x.rollout_id: x for x in pool.evaluate_masked(instances, preds, run / "heldout" / name, log)}
-        rows[name] = [(t.instance_id, t.patch, results[t.rollout_id]) for t in trajs if t.rollout_id in results]
-        tokens += [t.policy_tokens for t in trajs] if name == "sampled" else []
+    ids = sorted(instances)
+    try:
+        if cfg.rollout.backend != "transformers":
+            # A separate engine samples from the base until it is handed the trained adapter: without this every
+            # arm would measure the same untrained policy.
+            backend.sync_weights(policy.model, int(state.get("step", 0)))
+        policy.model.eval()
+        r = cfg.rollout
+        draws = {"greedy": r.model_copy(update={"n": 1, "temperature": 0.0}),
+                 "sampled": r.model_copy(update={"n": k})}
+        for name, rc in draws.items():
+            trajs = [t for g in generate(rc, backend, policy.tokenizer, instances, ids, f"heldout-{name}",
+                                         repos_dir=repos, sandbox=pool.config()) for t in g]
+            preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch, model_name_or_path="gagar-heldout",
+                                rollout_id=t.rollout_id) for t in trajs]
+            results = {x.rollout_id: x for x in pool.evaluate_masked(instances, preds, run / "heldout" / name, log)}
+            rows[name] = [(t.instance_id, t.patch, results[t.rollout_id]) for t in trajs if t.rollout_id in results]
+            tokens += [t.policy_tokens for t in trajs] if name == "sampled" else []
+    finally:
+        close_backend(backend)
     scopes = {i: task_scope(instances[i], repos / instances[i].repo_dirname) for i in ids}
     result = {"settings": settings, "tasks": ids, "checkpoint": ckpt.name,
               **summarize(rows["greedy"], rows["sampled"], scopes, k),
