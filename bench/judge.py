@@ -47,7 +47,7 @@ from grader.metrics import evaluate  # noqa: E402
 from grader.records import Grading, load_groups, read_jsonl, write_jsonl_atomic  # noqa: E402
 from grader.workspace import SharedWorkspace  # noqa: E402
 from sandbox.jsonl import atomic_write_text  # noqa: E402
-from trainer.experiments.verdicts import diff_size  # noqa: E402
+from sandbox.patchcheck import diff_size  # noqa: E402
 
 COLUMNS = ("usable", "top-1", "pairwise", "size-inverted pairwise", "gold above hack")
 GENERATIVE = "generative judge (as measured before)"

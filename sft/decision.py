@@ -155,7 +155,7 @@ def main(argv: list[str]) -> int:
             raise InputError(f"{args.labels}: no known order for {', '.join(missing[:5])}")
         if not groups:
             raise InputError(f"{args.groups}: no groups (was the data built with --calib-fraction?)")
-        from grader.judge.backends import make_backend
+        from inference.backends import make_backend
 
         backend = make_backend(args.backend, args.model, adapter=str(args.adapter))
         report = calibrate(groups, gold, args.repos_dir, backend)

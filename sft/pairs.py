@@ -17,8 +17,8 @@ from typing import Any
 from grader.judge.scoring import ANSWERS, pair_messages, rollout_findings
 from grader.records import Group
 from grader.workspace import SharedWorkspace
+from sandbox.patchcheck import diff_size
 from sft.records import RecordError
-from trainer.experiments.verdicts import diff_size
 
 
 def pair_records(group: Group, repos_dir: str | Path, order: list[str], *, findings: bool = True,

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from grader.grade import grade_groups
 from grader.heuristic import rank_workspace
-from grader.judge.backends import BackendError
 from grader.judge.scoring import (
     ANSWERS,
     ScoringJudge,
@@ -27,7 +26,8 @@ from grader.judge.scoring import (
 )
 from grader.records import Group, load_groups, tier_weights
 from grader.workspace import SharedWorkspace
-from trainer.experiments.verdicts import diff_size
+from inference.base import BackendError
+from sandbox.patchcheck import diff_size
 
 
 def _own_lines(prompt: str, lab: str) -> int:

@@ -18,9 +18,9 @@ from gagar.cli import main as gagar
 from grader.judge.scoring import ANSWERS, CALIBRATION_FILE, Verdicts, pair_messages, rollout_findings
 from grader.records import Grading, load_groups, read_jsonl
 from grader.workspace import SharedWorkspace
+from sandbox.patchcheck import diff_size
 from sft.decision import balance_by_size, choose, sweep, tokenize_decision
 from sft.pairs import pair_records
-from trainer.experiments.verdicts import diff_size
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_one_token_answers_are_read_off_one_row_and_match_a_full_forward(tiny, b
     log-probabilities: the same as an unpadded forward over prompt + answer, batched with other lengths."""
     import torch
 
-    from grader.judge.backends import TransformersBackend
+    from inference.hf import TransformersBackend
 
     backend = TransformersBackend(str(tiny), batch_size=2)
     group = load_groups(bundled_tasks / "groups.jsonl")[0]

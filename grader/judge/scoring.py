@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from grader.heuristic import TIER1_GAP, TIER2_GAP, append_unapplied, rank_workspace, score, workspace_features
-from grader.judge.backends import BackendError
 from grader.judge.prompt import candidate_findings, findings_head
 from grader.judge.view import change_view
 from grader.records import Grading, tier_weights
 from grader.workspace import SharedWorkspace, letter
+from inference.base import BackendError
 
 ANSWERS = ("A", "B")  # the decision tokens: the first candidate of the prompt is A, the second B
 COMBINES = ("score", "confident")
