@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         # the engine is seeded, the requests are not; float32 as the transformers backend; a 1 GiB KV cache (vLLM on
         # a CPU would otherwise reserve most of the RAM); LoRA slots for the adapter's rank
         vllm = make_backend("vllm", args.base, adapter=args.adapter, seed=0, dtype="float32",
-                            kv_cache_memory_bytes=1 << 30, max_lora_rank=16)
+                            kv_cache_gib=1.0, max_lora_rank=16)
         vrows, _, vout = model_rows(groups, repos, gold, inverted, vllm, confidence, args.batch_groups, "vllm")
         report["cost"] += vout["cost"]
         report["vllm_rows"] = vrows

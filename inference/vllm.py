@@ -160,8 +160,11 @@ class Engine:
         except (ValueError, TypeError):
             raise  # a bad request (a prompt longer than the context, ...): the engine is fine
         except Exception as exc:
+            from vllm.exceptions import VLLMClientError
             from vllm.v1.engine.exceptions import EngineDeadError
 
+            if isinstance(exc, VLLMClientError):  # vLLM 0.32's bad request (a prompt past the context) is no
+                raise ValueError(str(exc)) from exc  # ValueError: the callers' one-bad-request path takes it
             if isinstance(exc, EngineDeadError) or not self.alive():
                 self.dead = (f"the vLLM engine on {self.spec.model} died during {what}{self._exit_codes()}; "
                              "vLLM's log above names the cause (killed, out of memory, ...). Nothing of this step "
@@ -374,7 +377,7 @@ class VLLMBackend:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        tok = self.llm.get_tokenizer()
+        tok = self.engine.llm.get_tokenizer()
         # temperature 1, no top-p/top-k: the one token sampled is not used, and the log-probs are the model's own
         # whether the engine reports raw or processed ones (an engine shared with the policy reports processed)
         plain = {"max_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "detokenize": False}
@@ -418,8 +421,9 @@ class VLLMBackend:
         if not jobs:
             return []
         try:
-            return list(self.llm.generate([p for p, _ in jobs], [sp for _, sp in jobs],
-                                          lora_request=self.lora_request, use_tqdm=False))
+            return list(self.engine.generate([p for p, _ in jobs], [sp for _, sp in jobs], self.lora))
+        except EngineError as exc:  # the engine died: every request fails with the cause
+            return [BackendError(str(exc)) for _ in jobs]
         except ValueError as exc:
             if len(jobs) == 1:
                 return [BackendError(str(exc))]
