@@ -102,9 +102,9 @@ def _validate_judge_args(args: argparse.Namespace) -> str | None:
     if args.judge in ("score", "combined"):
         if not args.model:
             return f"--judge {args.judge} needs --model (the base model: registry name, path or hub id)"
-        if args.backend == "openai":
-            return (f"--judge {args.judge} reads prompt log-probabilities in-process: use --backend transformers "
-                    "or vllm")
+        if args.backend in ("openai", "vllm-server"):
+            return (f"--judge {args.judge} reads prompt log-probabilities in-process, which --backend "
+                    f"{args.backend} does not give: use --backend transformers or vllm")
         return _confidence(args)
     if args.judge == "llm":
         if not args.model:
