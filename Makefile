@@ -129,7 +129,7 @@ judge: judge-history
 	    --labels $(WORK)/judge/data/calib_labels.jsonl --repos-dir $(WORK)/judge/data/repos \
 	    --model smollm2-135m-instruct --adapter $(WORK)/models/judge --every 2 --max-groups 60
 	$(JUDGE_ENV) $(PY) bench/judge.py --data $(WORK)/judge/data --adapter $(WORK)/models/judge \
-	    --run-dir $(WORK)/judge/run --every 3 --cli-groups 4
+	    --run-dir $(WORK)/judge/run --every 3 --cli-groups 4 --vllm
 judge-llm: judge-history
 	$(GAGAR) sft data $(JUDGE_SOURCES) --out $(WORK)/judge/data-llm --variants 3 --groups-per-instance 2 \
 	    --split repo --val-fraction 0 --inverted --no-findings 0.5 --inspect none
