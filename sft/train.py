@@ -437,12 +437,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", nargs="?", const="last", help="resume from the last checkpoint, or from PATH")
     p.add_argument("--output-dir", help="override `output_dir` of the config")
     p.add_argument("--max-steps", type=int, help="override training.max_steps")
+    p.add_argument("--max-minutes", type=float, help="override training.max_minutes (the time budget)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     overrides: dict[str, Any] = {}
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
-    if args.max_steps is not None:
-        overrides["training"] = {"max_steps": args.max_steps}
+    training = {k: v for k, v in (("max_steps", args.max_steps), ("max_minutes", args.max_minutes)) if v is not None}
+    if training:
+        overrides["training"] = training
     try:
         cfg = load_config(args.config, overrides)
         resume = True if args.resume == "last" else args.resume

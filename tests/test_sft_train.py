@@ -158,6 +158,10 @@ def test_bad_config_exits_2(tmp_path, capsys):
     assert sft_main(["train", "--config", str(bad)]) == 2
     assert "epochz" in capsys.readouterr().err
     assert sft_main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("model: x\ndata: {train: t.jsonl}\noutput_dir: o\ntraining: {max_minutes: 55}\n")
+    assert sft_main(["train", "--config", str(ok), "--max-minutes", "0"]) == 2  # the override is validated too
+    assert "training.max_minutes must be > 0" in capsys.readouterr().err
 
 
 def test_lora_layer_ranges_and_a_bad_one_exits_2(tmp_path, capsys):
