@@ -189,6 +189,15 @@ def previous_generative(path: Path, selection: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+def earlier_generative(path: Path) -> dict[str, Any] | None:
+    """The generative judge's row of an earlier run whatever groups it ranked (kept apart from the table's rows
+    when this run ranks another selection, e.g. a subset of the same held-out groups)."""
+    if not path.is_file():
+        return None
+    old = json.loads(path.read_text(encoding="utf-8"))
+    return previous_generative(path, {k: old.get(k) for k in ("groups", "candidates", "held_out_repos")})
+
+
 def cli_check(groups_file: Path, repos: Path, base: str, adapter: str, out: Path, k: int, confidence: float,
               expected: list[Grading]) -> dict[str, Any]:
     """`gagar grade --judge combined --model BASE --adapter ADAPTER` on the first k groups: the same rankings?"""
@@ -259,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                         if k in cal},
     }
     generative = previous_generative(args.previous or args.out, report)
+    if generative is None:
+        report["generative_other_groups"] = earlier_generative(args.previous or args.out)
     summary = args.run_dir / "sft_summary.json"
     if summary.exists():
         s = json.loads(summary.read_text())

@@ -318,6 +318,7 @@ def test_bench_breaks_pairs_down_by_kind_and_keeps_the_generative_row_only_for_t
     row = bench.previous_generative(path, selection)
     assert row["ranker"] == bench.GENERATIVE and row["usable"] == 0.25 and row["gold_above_hack_count"] == 2
     assert bench.previous_generative(path, {**selection, "groups": 44}) is None  # another selection: not copied
+    assert bench.earlier_generative(path)["groups"] == 45  # kept apart, with its own group count
 
 
 class _Recorder:
