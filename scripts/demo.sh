@@ -14,16 +14,17 @@ RUN="$WORK/runs/$CONFIG"
 # torch's OpenMP threads spin while they wait; on a shared machine (more runnable jobs than cores) that spinning
 # takes the cores from the threads doing the work: small matmuls ran 20x slower, sampling 9x (docs/trainer.md).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-start=$(date +%s)
+start=$(date +%s.%N)
 if [ ! -f "$TASKS/instances.jsonl" ]; then
   "$VENV/bin/python" examples/build_tasks.py --out "$TASKS"
 fi
 if [ "$CONFIG" = smol ]; then
-  echo "== gagar model pull smollm2-135m-instruct (once; then cached under $WORK/models/base)"
-  "$VENV/bin/gagar" model pull smollm2-135m-instruct --root "$WORK/models"
+  echo "== gagar model pull smollm2-135m-instruct (once per user; then read from the models cache, gagar model ls)"
+  "$VENV/bin/gagar" model pull smollm2-135m-instruct
 fi
 echo "== gagar train --config configs/$CONFIG.yaml (run dir: $RUN)"
-"$VENV/bin/gagar" train --config "configs/$CONFIG.yaml" --out "$RUN" \
-  --set "tasks.dir=$TASKS" --set "model.cache_dir=$WORK/models"
+train_start=$(date +%s.%N)
+"$VENV/bin/gagar" train --config "configs/$CONFIG.yaml" --out "$RUN" --set "tasks.dir=$TASKS"
 echo "== metrics: $RUN/metrics.jsonl   plots: $RUN/plots/curves.png   checkpoints: $RUN/checkpoints/"
-echo "== wall time: $(( $(date +%s) - start )) s"
+echo "== where the time went (also $RUN/demo_time.json):"
+"$VENV/bin/python" scripts/demo_split.py "$RUN" "$start" "$train_start"

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
 
+from gagar.args import ArgumentParser
 from trainer.config import ConfigError, load_config
 
 COLUMNS = [("step", "step", "{}"), ("pass", "pass_rate", "{:.2f}"), ("reward", "reward_mean", "{:.2f}"),
            ("kept", "groups_kept", "{}"), ("adv μ/σ", None, None), ("clip", "clip_frac", "{:.3f}"),
            ("kl", "kl", "{:.4f}"), ("tokens", "policy_tokens_mean", "{:.0f}"),
            ("hacks", "hacks_sandbox", "{}"), ("+grader", "hacks_grader", "{}"), ("infra", "infra_errors", "{}"),
-           ("gagar", "gagar_groups", "{}"), ("|Δlogp|", "sampler_logprob_diff", "{:.4f}"),
+           ("gagar", "gagar_groups", "{}"), ("moved", "gagar_moved", "{}"),
+           ("|Δlogp|", "sampler_logprob_diff", "{:.1e}"),
            ("gen s", "gen_s", "{:.1f}"), ("score s", "score_s", "{:.1f}"), ("eval s", "eval_s", "{:.1f}"),
-           ("check s", "check_s", "{:.1f}"), ("rank s", "rank_s", "{:.1f}"), ("update s", "update_s", "{:.1f}")]
+           ("check s", "check_s", "{:.1f}"), ("rank s", "rank_s", "{:.1f}"), ("update s", "update_s", "{:.1f}"),
+           ("step s", "step_s", "{:.0f}")]
 
 
 def _cell(row: dict, key: str | None, fmt: str | None) -> str:
@@ -88,8 +90,8 @@ def print_summary(summary: dict, console=None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gagar train", description="RL post-training of a code agent "
-                                     "(sandboxed rewards, GAPO/GAGAR advantages). See docs/trainer.md.")
+    parser = ArgumentParser(prog="gagar train", description="RL post-training of a code agent "
+                            "(sandboxed rewards, GAPO/GAGAR advantages). See docs/trainer.md.")
     parser.add_argument("--config", required=True, help="YAML config (see configs/tiny.yaml)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the out dir")
     parser.add_argument("--steps", type=int, help="total number of steps (overrides `steps`)")

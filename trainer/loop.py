@@ -78,7 +78,8 @@ class Trainer:
                     f"{cfg.rollout.base_url} must serve those weights for the LoRA updates it receives to apply")
             if ckpt and cfg.rollout.backend != "transformers":
                 self.backend.sync_weights(self.policy.model, self.start_step)
-            self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config, work_dir=self.out)
+            self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config, work_dir=self.out,
+                               models_root=cfg.model.cache_dir)
             self.metrics = MetricsWriter(self.out, start_step=self.start_step, tensorboard=cfg.tensorboard)
             (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
         except BaseException:
