@@ -16,7 +16,6 @@ The result is written beside the adapter (`score_calibration.json`), where `gaga
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from grader.judge.scoring import CALIBRATION_FILE
 from grader.metrics import pairwise_accuracy, top1
 from grader.records import InputError
@@ -127,11 +127,11 @@ def main(argv: list[str]) -> int:
     from sandbox.report import atomic_write_text
 
     prog = "gagar sft calibrate"
-    p = argparse.ArgumentParser(prog=prog, description="Choose the combined judge's confidence threshold on "
+    p = ArgumentParser(prog=prog, description="Choose the combined judge's confidence threshold on "
                                 "calibration groups (training projects, never held-out ones).")
     p.add_argument("--groups", required=True, type=Path, help="calib_groups.jsonl of `gagar sft data`")
     p.add_argument("--labels", required=True, type=Path, help="calib_labels.jsonl (known orders)")
-    p.add_argument("--repos-dir", required=True, type=Path)
+    p.add_argument("--repos-dir", required=True, type=Path, help="the groups' repositories (`gagar sft data` OUT/repos)")
     p.add_argument("--model", required=True, help="base model: registry name, path or hub id")
     p.add_argument("--adapter", required=True, type=Path, help="the scoring judge's adapter")
     p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
