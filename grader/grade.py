@@ -1,7 +1,8 @@
-"""Grading groups: the Python API under `gagar grade` (heuristic or LLM judge, one workspace per group).
+"""Grading groups: the Python API under `gagar grade` (heuristic, LLM, scoring or combined judge).
 
-The LLM judge grades `batch_groups` groups at a time: their workspaces are open together and every
-conversation (each group × each permutation) advances in the same model batch (`LLMJudge.grade_workspaces`).
+The model judges grade `batch_groups` groups at a time: their workspaces are open together and every
+conversation (each group × each permutation) advances in the same model batch (`LLMJudge.grade_workspaces`), or
+every pair prompt of every group is scored in one call (`grader.judge.scoring.ScoringJudge`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from pathlib import Path
 from grader.hacks.detect import apply_hacks, workspace_hacks
 from grader.heuristic import rank_workspace
 from grader.judge.llm import LLMJudge
+from grader.judge.scoring import ScoringJudge
 from grader.records import Grading, Group
 from grader.workspace import SharedWorkspace
 from inference.base import ChatBackend
 
-JUDGES = ("heuristic", "llm")
+# heuristic: model-free; llm: the generative, agentic judge; score: the learned pairwise scorer; combined: the
+# scorer's verdicts where confident, the heuristic's order elsewhere (grader.judge.scoring)
+JUDGES = ("heuristic", "llm", "score", "combined")
 BATCH_GROUPS = 8
 
 
@@ -42,10 +46,11 @@ def grade_group(
     max_turns: int = 12,
     max_new_tokens: int = 512,
     answer_grammar: bool | None = None,
+    confidence: float | None = None,
 ) -> Grading:
     return grade_groups(
         [group], repos_dir, judge=judge, backend=backend, permutations=permutations, seed=seed,
-        max_turns=max_turns, max_new_tokens=max_new_tokens, answer_grammar=answer_grammar,
+        max_turns=max_turns, max_new_tokens=max_new_tokens, answer_grammar=answer_grammar, confidence=confidence,
     )[0]
 
 
@@ -63,25 +68,35 @@ def grade_groups(
     on_result: Callable[[Grading], None] | None = None,
     stats: Counter[str] | None = None,
     answer_grammar: bool | None = None,
+    confidence: float | None = None,
 ) -> list[Grading]:
     """Grade every group, in order; `on_result` is called after each (the CLI saves and advances its bar).
 
     `stats` (LLM judge) accumulates reply counts: `replies`, `unusable_replies`, `runs`, `failed_runs`,
     `grammar_answers`, ... `answer_grammar` (LLM judge): None decodes the answer in the answer grammar
     (`grader.judge.grammar`) whenever a free reply is unusable and the backend can score continuations; False never.
+    `confidence` (combined judge): the threshold on |P − ½| from which a learned verdict is used
+    (`gagar sft calibrate` chooses it).
     """
     if judge not in JUDGES:
-        raise ValueError(f"unknown judge {judge!r}; choose heuristic or llm")
-    llm = _llm(backend, max_turns, max_new_tokens, stats, answer_grammar) if judge == "llm" else None
+        raise ValueError(f"unknown judge {judge!r}; choose {', '.join(JUDGES)}")
+    model_judge: LLMJudge | ScoringJudge | None = None
+    if judge == "llm":
+        model_judge = _llm(backend, max_turns, max_new_tokens, stats, answer_grammar)
+    elif judge in ("score", "combined"):
+        if backend is None:
+            raise ValueError(f"judge={judge!r} needs a backend that scores continuations (transformers or vllm)")
+        model_judge = ScoringJudge(backend, combine="score" if judge == "score" else "confident", confidence=confidence)
     it = iter(groups)
     out: list[Grading] = []
-    while chunk := list(islice(it, max(1, batch_groups) if llm else 1)):
+    while chunk := list(islice(it, max(1, batch_groups) if model_judge else 1)):
         with ExitStack() as stack:
             wss = [stack.enter_context(SharedWorkspace(g, repos_dir, seed=seed)) for g in chunk]
-            if llm is None:
+            if model_judge is None:
                 results = [rank_workspace(ws) for ws in wss]
             else:
-                graded = llm.grade_workspaces(wss, permutations=permutations, seed=seed)
+                graded = model_judge.grade_workspaces(wss, permutations=permutations, seed=seed) \
+                    if isinstance(model_judge, LLMJudge) else model_judge.grade_workspaces(wss)
                 # Static hack evidence overrides the model's ranking: a judge can be talked out of a verdict (the
                 # candidate's own code and comments are in its context), a finding on the code cannot.
                 results = [apply_hacks(g, workspace_hacks(ws)) for g, ws in zip(graded, wss, strict=True)]

@@ -75,6 +75,31 @@ class RolloutBackend(Protocol):
         ...
 
 
+def option_rows(tokenizer: Any, messages: Messages, prefix: str, options: Sequence[str]
+                ) -> tuple[list[list[int]], int]:
+    """The token ids of each option as the assistant's reply continuing `prefix` after `messages` (each text
+    tokenized whole, as the model reads it), and the first position where the options' ids part: the part before
+    it has the same probability for every option, so scoring from there ranks the whole texts. Every option keeps
+    at least one scored token. Raises BackendError when the chat template rejects the conversation."""
+    try:
+        head = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception as exc:  # templates raise on roles or shapes they do not support
+        raise BackendError(f"the chat template rejected the conversation: {exc}") from exc
+    seqs = [list(tokenizer(head + prefix + o, add_special_tokens=False)["input_ids"]) for o in options]
+    start = min(map(len, seqs)) - 1
+    for seq in seqs[1:]:
+        start = min(start, next((k for k, (x, y) in enumerate(zip(seqs[0], seq, strict=False)) if x != y), start))
+    return seqs, max(1, start)
+
+
+def one_token_options(seqs: list[list[int]], start: int) -> list[int] | None:
+    """Each option's one token where every option is exactly one token after a shared part (`seqs[0][:start]`):
+    then one forward pass of the shared part scores them all. None otherwise."""
+    if all(len(s) == start + 1 and s[:start] == seqs[0][:start] for s in seqs):
+        return [s[start] for s in seqs]
+    return None
+
+
 def chat_batch(
     backend: ChatBackend, conversations: Sequence[Messages], *, max_new_tokens: int = 512, temperature: float = 0.0
 ) -> list[str | BackendError]:

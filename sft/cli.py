@@ -1,4 +1,4 @@
-"""`gagar sft {history,data,train,eval}` — judge training data, fine-tuning and evaluation."""
+"""`gagar sft {history,data,train,calibrate,eval}` — judge training data, fine-tuning and evaluation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ commands:
   history gold fixes from real repositories' histories, as instances (split by repository)
   data    build judge training records with known-order labels (synthetic or from `gagar eval` results)
   train   LoRA SFT of the judge from a YAML config (TRL SFTTrainer + PEFT)
+  calibrate  choose the combined judge's confidence threshold on calibration groups (never held-out ones)
   eval    the judge (base or base + adapter) against the heuristic ranker on held-out labels
 
 Run `gagar sft COMMAND --help` for a command's options."""
@@ -26,6 +27,8 @@ def main(argv: list[str]) -> int:
         from sft.data import main as run
     elif word == "train":
         from sft.train import main as run
+    elif word == "calibrate":
+        from sft.decision import main as run
     elif word == "eval":
         from sft.evaluate import main as run
     else:

@@ -31,6 +31,7 @@ from sandbox.records import Instance
 from sft.augment import renamed_record
 from sft.degrade import KINDS, DegradeError, Variant, degrade_on, scratch_tree
 from sft.inverted import inverted_on
+from sft.pairs import pair_records
 from sft.records import RecordError, build_records, tiers_from_defects
 from sft.rollouts import rollout_groups
 
@@ -225,56 +226,75 @@ def write_dataset(
     split_by: str = "instance",
     explicit_split: dict[str, str] | None = None,
     no_findings: float = 0.0,
+    records: str = "chat",
+    calib_fraction: float = 0.0,
 ) -> dict[str, Any]:
     """Records (train: `shuffles` letter shuffles per group, each with `renames` renamed copies, see
     `sft.augment`, a `no_findings` share of them without the static findings; val: one, never renamed, with
-    findings) and the group/label files, split by instance or (`split_by="repo"`) by repository."""
+    findings) and the group/label files, split by instance or (`split_by="repo"`) by repository.
+
+    `records="pairs"`: the scoring judge's records instead (`sft.pairs`: every pair of each train group, both
+    orders); validation and calibration groups get none (their groups are ranked at inference). `calib_fraction`
+    of the training side (its projects, with `split_by="repo"`) becomes the calibration split: no training record,
+    its groups in `calib_groups.jsonl` / `calib_labels.jsonl`, where the combined judge's confidence rule is
+    chosen (`gagar sft calibrate`), so it is never chosen on held-out groups."""
+    sources = {s["source"]: s["group"].repo for s in specs}
     if split_by == "repo":
-        train_ids, val_ids = split_repos({s["source"]: s["group"].repo for s in specs}, val_fraction, seed,
-                                         explicit_split)
+        train_ids, val_ids = split_repos(sources, val_fraction, seed, explicit_split)
+        train_ids, calib_ids = split_repos({i: sources[i] for i in train_ids}, calib_fraction, seed + 1)
     else:
-        train_ids, val_ids = split_instances([s["source"] for s in specs], val_fraction, seed)
+        train_ids, val_ids = split_instances(list(sources), val_fraction, seed)
+        train_ids, calib_ids = split_instances(list(train_ids), calib_fraction, seed + 1)
     rows: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
-    groups: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
-    labels: dict[str, list[dict[str, Any]]] = {"train": [], "val": []}
+    groups: dict[str, list[dict[str, Any]]] = {"train": [], "val": [], "calib": []}
+    labels: dict[str, list[dict[str, Any]]] = {"train": [], "val": [], "calib": []}
     for s in specs:
-        split = "val" if s["source"] in val_ids else "train"
+        split = "val" if s["source"] in val_ids else "calib" if s["source"] in calib_ids else "train"
         k = shuffles if split == "train" else 1
         frng = random.Random(f"{seed}:findings:{s['group'].instance_id}")
-        shown = [split == "val" or frng.random() >= no_findings for _ in range(k)]
+        shown = [split != "train" or frng.random() >= no_findings for _ in range(k)]
         try:
-            recs = build_records(s["group"], repos_dir, s["order"], s["tiers"], s["evidence"],
-                                 seeds=[seed * 1000 + j for j in range(k)], inspect=inspect, cite=cite,
-                                 findings=shown)
+            if records == "pairs":
+                recs = pair_records(s["group"], repos_dir, s["order"], findings=shown[0], kinds=s["kinds"]) \
+                    if split == "train" else []
+            else:
+                recs = build_records(s["group"], repos_dir, s["order"], s["tiers"], s["evidence"],
+                                     seeds=[seed * 1000 + j for j in range(k)], inspect=inspect, cite=cite,
+                                     findings=shown)
         except RecordError as exc:
             notes.append(str(exc))
             continue
         for rec in recs:
             rec.update(source_instance_id=s["source"], split=split, defects=s["kinds"])
-        if split == "train" and renames:
+        if split == "train" and renames and records == "chat":
             rng = random.Random(f"{seed}:{s['group'].instance_id}")
             recs += [renamed_record(rec, rng) for rec in list(recs) for _ in range(renames)]
-        rows[split].extend(recs)
+        if split != "calib":
+            rows[split].extend(recs)
         groups[split].append(s["group"].to_dict())
         labels[split].append(
             # the records' tiers: with --cite findings they are what the prompt shows (sft.records)
-            {"instance_id": s["group"].instance_id, "order": s["order"], "tiers": recs[0]["tiers"]}
+            {"instance_id": s["group"].instance_id, "order": s["order"],
+             "tiers": recs[0]["tiers"] if recs and "tiers" in recs[0] else s["tiers"]}
         )
     out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "val"):
         write_jsonl_atomic(out / f"{split}.jsonl", rows[split])
-    write_jsonl_atomic(out / "val_groups.jsonl", groups["val"])
-    write_jsonl_atomic(out / "val_labels.jsonl", labels["val"])
-    write_jsonl_atomic(out / "groups.jsonl", groups["train"] + groups["val"])
-    write_jsonl_atomic(out / "labels.jsonl", labels["train"] + labels["val"])
+    for split in ("val", "calib"):
+        write_jsonl_atomic(out / f"{split}_groups.jsonl", groups[split])
+        write_jsonl_atomic(out / f"{split}_labels.jsonl", labels[split])
+    write_jsonl_atomic(out / "groups.jsonl", groups["train"] + groups["calib"] + groups["val"])
+    write_jsonl_atomic(out / "labels.jsonl", labels["train"] + labels["calib"] + labels["val"])
     repo_of = {s["source"]: s["group"].repo for s in specs}
     manifest = {
         **meta,
         "split_by": split_by,
         "records": {k: len(v) for k, v in rows.items()},
         "records_without_findings": sum(not r.get("findings", True) for r in rows["train"]),
-        "repos": {"train": sorted({repo_of[i] for i in train_ids}), "val": sorted({repo_of[i] for i in val_ids})},
-        "instances": {"train": sorted(train_ids), "val": sorted(val_ids)},
+        "records_kind": records,
+        "repos": {"train": sorted({repo_of[i] for i in train_ids}), "val": sorted({repo_of[i] for i in val_ids}),
+                  "calib": sorted({repo_of[i] for i in calib_ids})},
+        "instances": {"train": sorted(train_ids), "val": sorted(val_ids), "calib": sorted(calib_ids)},
         "candidates_per_group": sorted({len(s["order"]) for s in specs}),
         "notes": notes,
     }
@@ -337,6 +357,12 @@ def main(argv: list[str]) -> int:
                    help="mix in each instance's smaller, worse patches: a partial fix and a special case (Python)")
     p.add_argument("--no-findings", type=float, default=0.0, metavar="SHARE",
                    help="share of the train records whose prompt shows no static findings (the judge must read code)")
+    p.add_argument("--records", choices=("chat", "pairs"), default="chat",
+                   help="chat: the generative judge's conversations; pairs: the scoring judge's pair prompts, every "
+                        "pair of each train group in both orders, answered by one letter (sft.pairs)")
+    p.add_argument("--calib-fraction", type=float, default=0.0, metavar="SHARE",
+                   help="share of the training projects (instances with --split instance) set aside, without "
+                        "training records, to choose the combined judge's confidence rule on (calib_groups.jsonl)")
     p.add_argument("--shuffles", type=int, default=1, help="train records per group, each a new letter shuffle")
     p.add_argument("--rename", type=int, default=0,
                    help="renamed copies of each train record (fresh file/repo names: the judge must copy, not recall)")
@@ -367,10 +393,10 @@ def main(argv: list[str]) -> int:
         print(f"{prog}: unknown --kinds {', '.join(bad)}; choose from {', '.join(KINDS)}", file=sys.stderr)
         return 2
     if (args.variants < 1 or args.groups_per_instance < 1 or args.shuffles < 1 or not 0 <= args.val_fraction < 1
-            or args.rename < 0 or not 0 <= args.no_findings <= 1):
+            or args.rename < 0 or not 0 <= args.no_findings <= 1 or not 0 <= args.calib_fraction < 1):
         print(
             f"{prog}: --variants, --groups-per-instance and --shuffles must be >= 1, --rename >= 0, "
-            "--val-fraction in [0, 1), --no-findings in [0, 1]",
+            "--val-fraction and --calib-fraction in [0, 1), --no-findings in [0, 1]",
             file=sys.stderr,
         )
         return 2
@@ -437,7 +463,8 @@ def main(argv: list[str]) -> int:
         seed=args.seed,
         notes=notes,
         meta={**meta, "shuffles": args.shuffles, "subsets": args.subsets, "inspect": args.inspect, "cite": args.cite,
-              "renames": args.rename, "repos_dir": str(repos_dir), "no_findings": args.no_findings},
+              "renames": args.rename, "repos_dir": str(repos_dir), "no_findings": args.no_findings,
+              "calib_fraction": args.calib_fraction},
         shuffles=args.shuffles,
         renames=args.rename,
         inspect=args.inspect == "diffs",
@@ -445,11 +472,15 @@ def main(argv: list[str]) -> int:
         split_by=args.split,
         explicit_split=explicit,
         no_findings=args.no_findings,
+        records=args.records,
+        calib_fraction=args.calib_fraction,
     )
     print(
         f"{prog}: {m['records']['train']} train / {m['records']['val']} val records "
         f"({len(m['instances']['train'])} / {len(m['instances']['val'])} instances, "
-        f"{len(m['repos']['train'])} / {len(m['repos']['val'])} repositories) -> {args.out}"
+        f"{len(m['repos']['train'])} / {len(m['repos']['val'])} repositories"
+        + (f"; {len(m['instances']['calib'])} instances of {len(m['repos']['calib'])} repositories for "
+           "calibration" if m['instances']['calib'] else "") + f") -> {args.out}"
     )
     for n in notes[:10]:
         print(f"  note: {n}")

@@ -21,6 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gagar.args import ArgumentParser
 from gagar.schema import ConfigError, Section, read_yaml, validate
+from sft.clock import clock_callback
 from sft.evaluate import answer_step_metrics
 
 __all__ = ["ConfigError", "SftConfig", "load_config", "train"]
@@ -44,6 +45,9 @@ class TinyModelSection(Section):
 class DataSection(Section):
     train: str
     val: str | None = None
+    # objective "decision": keep as many pairs whose better patch is the bigger one as pairs whose better patch is
+    # the smaller one (the larger side is subsampled, both orders of a pair kept together), so size is no shortcut
+    balance_size: bool = False
 
 
 class LoraSection(Section):
@@ -92,6 +96,9 @@ class EvalSection(Section):
 
 
 class SftConfig(Section):
+    # conversation: the generative judge (loss on the assistant turns); decision: the scoring judge (loss on the
+    # one answer token of each pair record, `sft.pairs`; the records come from `gagar sft data --records pairs`)
+    objective: Literal["conversation", "decision"] = "conversation"
     model: str | None = None  # hub id or local path (or give tiny_model)
     tiny_model: TinyModelSection | None = None
     data: DataSection
@@ -146,6 +153,15 @@ def _fits(tokenizer: Any, records: list[dict[str, Any]], max_length: int) -> tup
     return keep, len(records) - len(keep)
 
 
+def _fits_decision(tokenizer: Any, records: list[dict[str, Any]], max_length: int
+                   ) -> tuple[list[dict[str, Any]], int]:
+    """Pair records tokenized for the decision objective (`sft.decision.tokenize_decision`), those that fit."""
+    from sft.decision import tokenize_decision
+
+    keep = [r for r in (tokenize_decision(tokenizer, rec) for rec in records) if len(r["input_ids"]) <= max_length]
+    return keep, len(records) - len(keep)
+
+
 def _layer_range(spec: Any) -> list[int] | None:
     """`lora.layers`: None (all), a list of layer indexes, or "A-B" (inclusive)."""
     if spec in (None, "", "all"):
@@ -178,63 +194,6 @@ def _resolve_model(cfg: dict[str, Any]) -> str:
     tiny = dict(cfg["tiny_model"])
     out = tiny.pop("out_dir", None) or os.path.join(str(cfg["output_dir"]), "tiny-base")
     return str(build_tiny_model(out, **tiny))
-
-
-def _fit_schedule(scheduler: Any, steps: int) -> bool:
-    """Give a transformers LambdaLR schedule (cosine, linear, ...) a new horizon of `steps`; False if it has none."""
-    import functools
-
-    lambdas = getattr(scheduler, "lr_lambdas", None) or []
-    fits = [f for f in lambdas if isinstance(f, functools.partial) and "num_training_steps" in f.keywords]
-    if not fits or len(fits) != len(lambdas):
-        return False
-    scheduler.lr_lambdas = [functools.partial(f.func, *f.args, **{**f.keywords, "num_training_steps": steps})
-                            for f in fits]
-    return True
-
-
-def _clock_callback(max_minutes: float | None, measure_steps: int = 8) -> Any:
-    """The time budget: after `measure_steps` optimizer steps it prints the estimate, and if the run would pass
-    `max_minutes` it shortens it to the steps that fit, learning-rate schedule included (a cosine that ends where
-    the run ends, not one cut off at full height); it also stops at the cap itself."""
-    import time
-
-    from transformers import TrainerCallback
-
-    class Clock(TrainerCallback):
-        def __init__(self) -> None:
-            self.t0 = self.t_first = 0.0
-            self.stopped_at_cap = False
-            self.planned_steps: int | None = None
-            self.fitted_steps: int | None = None
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.t0 = time.perf_counter()
-            self.planned_steps = state.max_steps
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            now = time.perf_counter()
-            spent = now - self.t0
-            if state.global_step == 1:
-                self.t_first = now  # the first step pays for warm-up (allocations, kernels): not a fair sample
-            if state.global_step == measure_steps:
-                per = (now - self.t_first) / (measure_steps - 1)
-                total = state.max_steps
-                print(f"gagar sft train: {per:.1f} s/step: about {per * total / 60:.0f} min for {total} steps"
-                      + (f" (budget {max_minutes:g} min)" if max_minutes else ""), flush=True)
-                if max_minutes:
-                    fit = state.global_step + int((max_minutes * 60 - spent) / per)
-                    if fit < total and _fit_schedule(kw.get("lr_scheduler"), fit):
-                        state.max_steps = self.fitted_steps = fit
-                        print(f"gagar sft train: {fit} steps fit the budget; the schedule now ends there",
-                              flush=True)
-            if self.fitted_steps and state.global_step >= self.fitted_steps:
-                control.should_training_stop = True
-            if max_minutes and spent > max_minutes * 60:
-                self.stopped_at_cap = True
-                control.should_training_stop = True
-
-    return Clock()
 
 
 def _ranking_trainer_class() -> type:
@@ -331,16 +290,33 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train_rows, dropped_train = _fits(tokenizer, read_records(cfg["data"]["train"]), int(t["max_length"]))
+    decision = cfg["objective"] == "decision"
+    fit = _fits_decision if decision else _fits
+    raw_train = read_records(cfg["data"]["train"])
+    balance = None
+    if decision and cfg["data"]["balance_size"]:
+        from sft.decision import balance_by_size
+
+        raw_train, balance = balance_by_size(raw_train, seed=int(t["seed"]))
+        if not balance["kept_per_side"]:
+            raise ConfigError(f"data.balance_size: {cfg['data']['train']} holds {balance['bigger_wins_pairs']} pairs "
+                              f"whose better patch is the bigger one and {balance['smaller_wins_pairs']} whose better "
+                              "patch is the smaller one; balancing needs both (build the data with --inverted)")
+    train_rows, dropped_train = fit(tokenizer, raw_train, int(t["max_length"]))
     val_rows, dropped_val = ([], 0)
     if cfg["data"]["val"]:
-        val_rows, dropped_val = _fits(tokenizer, read_records(cfg["data"]["val"]), int(t["max_length"]))
+        val_rows, dropped_val = fit(tokenizer, read_records(cfg["data"]["val"]), int(t["max_length"]))
     if not train_rows:
         raise ConfigError(
             f"no training record fits max_length={t['max_length']} tokens; raise training.max_length"
         )
-    train_ds = Dataset.from_list([{"messages": r["messages"]} for r in train_rows] * max(1, int(t["repeat"])))
-    val_ds = Dataset.from_list([{"messages": r["messages"]} for r in val_rows]) if val_rows else None
+    if decision:  # pre-tokenized: the prompt, then the answer token, the only one with loss (completion_mask)
+        columns = ("input_ids", "completion_mask")
+        train_ds = Dataset.from_list([{k: r[k] for k in columns} for r in train_rows] * max(1, int(t["repeat"])))
+        val_ds = Dataset.from_list([{k: r[k] for k in columns} for r in val_rows]) if val_rows else None
+    else:
+        train_ds = Dataset.from_list([{"messages": r["messages"]} for r in train_rows] * max(1, int(t["repeat"])))
+        val_ds = Dataset.from_list([{"messages": r["messages"]} for r in val_rows]) if val_rows else None
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if bf16 else torch.float32)
     targets = lo["target_modules"]
     layers = _layer_range(lo["layers"])
@@ -375,7 +351,8 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         max_length=int(t["max_length"]),
         packing=bool(t["packing"]),
         train_sampling_strategy=str(t["sampling"]),
-        assistant_only_loss=True,
+        assistant_only_loss=not decision,
+        completion_only_loss=True if decision else None,
         gradient_checkpointing=ckpt,
         bf16=bf16,
         use_cpu=not gpu,
@@ -395,10 +372,10 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         eval_dataset=val_ds,
         processing_class=tokenizer,
         peft_config=lora,
-        ranking_records=val_rows[: int(ev["max_groups"])] if ev["ranking"] else [],
+        ranking_records=val_rows[: int(ev["max_groups"])] if ev["ranking"] and not decision else [],
         ranking_max_new_tokens=int(ev["max_new_tokens"]),
     )
-    clock = _clock_callback(float(t["max_minutes"]) if t["max_minutes"] else None)
+    clock = clock_callback(float(t["max_minutes"]) if t["max_minutes"] else None)
     trainer.add_callback(clock)
     resume = cfg["resume_from_checkpoint"] if resume is None else resume
     if resume is True:
@@ -436,7 +413,9 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         "planned_steps": clock.planned_steps,
         "steps_fitted_to_budget": clock.fitted_steps,
         "train_loss": result.training_loss,
+        "objective": cfg["objective"],
         "records": {"train": len(train_rows), "val": len(val_rows)},
+        "size_balance": balance,
         "dropped_too_long": {"train": dropped_train, "val": dropped_val},
         "device": "cuda" if gpu else "cpu",
         "bf16": bf16,
@@ -458,12 +437,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", nargs="?", const="last", help="resume from the last checkpoint, or from PATH")
     p.add_argument("--output-dir", help="override `output_dir` of the config")
     p.add_argument("--max-steps", type=int, help="override training.max_steps")
+    p.add_argument("--max-minutes", type=float, help="override training.max_minutes (the time budget)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     overrides: dict[str, Any] = {}
     if args.output_dir:
         overrides["output_dir"] = args.output_dir
-    if args.max_steps is not None:
-        overrides["training"] = {"max_steps": args.max_steps}
+    training = {k: v for k, v in (("max_steps", args.max_steps), ("max_minutes", args.max_minutes)) if v is not None}
+    if training:
+        overrides["training"] = training
     try:
         cfg = load_config(args.config, overrides)
         resume = True if args.resume == "last" else args.resume

@@ -81,6 +81,9 @@ def test_bad_input_exits_2_with_a_clear_message(tasks, tmp_path, capsys):
     assert "--model" in capsys.readouterr().err
     assert _grade(tasks, out, "--judge", "llm", "--model", "m", "--backend", "openai") == 2
     assert "--base-url" in capsys.readouterr().err
+    for backend in ("openai", "vllm-server"):  # chat only: no prompt log-probs for the scoring judge
+        assert _grade(tasks, out, "--judge", "combined", "--model", "m", "--backend", backend) == 2
+        assert f"--backend {backend} does not give" in capsys.readouterr().err
     assert _grade(tasks, out, "--permutations", "0") == 2
     assert not out.exists()
 

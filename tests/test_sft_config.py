@@ -47,7 +47,7 @@ def test_the_shipped_configs_load_and_command_line_overrides_are_checked_too(tmp
     from gagar.schema import ConfigError
     from sft.train import load_config
 
-    for name in ("sft_tiny.yaml", "sft_gpu.yaml", "judge_cpu.yaml"):
+    for name in ("sft_tiny.yaml", "sft_gpu.yaml", "judge_cpu.yaml", "judge_score.yaml"):
         cfg = load_config(ROOT / "configs" / name)
         assert cfg["data"]["train"] and cfg["output_dir"]
     assert load_config(ROOT / "configs" / "judge_cpu.yaml")["training"]["save_strategy"] == "no"

@@ -297,6 +297,30 @@ def test_bench_scores_size_inverted_pairs_gold_above_hack_and_fallbacks_as_wrong
     assert right["top1"] == right["pairwise"] == right["size_inverted_pairwise"] == right["gold_above_hack"] == 1.0
 
 
+def test_bench_breaks_pairs_down_by_kind_and_keeps_the_generative_row_only_for_the_same_selection(tmp_path):
+    from grader.judge.scoring import Verdicts
+    from grader.records import Grading
+
+    bench = _bench()
+    h = Grading("g#0", ["partial", "gold", "d1"], {}, {}, {}, "heuristic")
+    v = Verdicts(h, list(h.ranking), {("d1", "gold"): 0.3, ("gold", "partial"): 0.8, ("d1", "partial"): 0.55})
+    rows = {r["pair"]: r for r in bench.pair_breakdown([v], {"g#0": ["gold", "d1", "partial"]}, confidence=0.2)}
+    assert rows["gold>partial"] == {"pair": "gold>partial", "pairs": 1, "heuristic": 0.0, "scorer": 1.0,
+                                    "combined": 1.0, "mean_p_better": 0.8}
+    assert rows["d1>partial"]["scorer"] == 1.0 and rows["d1>partial"]["combined"] == 0.0  # 0.55: not confident
+    assert rows["gold>d1"]["scorer"] == 1.0 and rows["gold>d1"]["mean_p_better"] == 0.7
+    selection = {"groups": 45, "candidates": {"gold": 30}, "held_out_repos": ["a/b"]}
+    old = {**selection, "note": "earlier run", "rows": [{"ranker": "tuned judge", "groups": 45, "top1": 0.2,
+                                                          "pairwise": 0.3, "usable_free_answers": 0.25,
+                                                          "gold_hack_groups": 5, "gold_above_hack": 0.4}]}
+    path = tmp_path / "judge.json"
+    path.write_text(json.dumps(old))
+    row = bench.previous_generative(path, selection)
+    assert row["ranker"] == bench.GENERATIVE and row["usable"] == 0.25 and row["gold_above_hack_count"] == 2
+    assert bench.previous_generative(path, {**selection, "groups": 44}) is None  # another selection: not copied
+    assert bench.earlier_generative(path)["groups"] == 45  # kept apart, with its own group count
+
+
 class _Recorder:
     """A chat backend that records the prompts it gets and answers with the first letters' order."""
 

@@ -158,6 +158,10 @@ def test_bad_config_exits_2(tmp_path, capsys):
     assert sft_main(["train", "--config", str(bad)]) == 2
     assert "epochz" in capsys.readouterr().err
     assert sft_main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("model: x\ndata: {train: t.jsonl}\noutput_dir: o\ntraining: {max_minutes: 55}\n")
+    assert sft_main(["train", "--config", str(ok), "--max-minutes", "0"]) == 2  # the override is validated too
+    assert "training.max_minutes must be > 0" in capsys.readouterr().err
 
 
 def test_lora_layer_ranges_and_a_bad_one_exits_2(tmp_path, capsys):
@@ -175,7 +179,7 @@ def test_fit_schedule_ends_the_cosine_where_the_shortened_run_ends():
     import torch
     from transformers import get_constant_schedule, get_cosine_schedule_with_warmup
 
-    from sft.train import _fit_schedule
+    from sft.clock import fit_schedule
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=2, num_training_steps=100)
@@ -183,12 +187,12 @@ def test_fit_schedule_ends_the_cosine_where_the_shortened_run_ends():
         opt.step()
         sched.step()
     assert sched.get_last_lr()[0] > 0.9  # still near the top of a 100-step cosine
-    assert _fit_schedule(sched, 20)
+    assert fit_schedule(sched, 20)
     for _ in range(10):
         opt.step()
         sched.step()
     assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)  # the shortened cosine has reached its end
-    assert not _fit_schedule(get_constant_schedule(opt), 20)  # no horizon to move: the caller keeps the plan
+    assert not fit_schedule(get_constant_schedule(opt), 20)  # no horizon to move: the caller keeps the plan
 
 
 def test_time_budget_shortens_the_run_after_measuring_it(monkeypatch, capsys):
@@ -198,13 +202,13 @@ def test_time_budget_shortens_the_run_after_measuring_it(monkeypatch, capsys):
     import torch
     from transformers import get_cosine_schedule_with_warmup
 
-    from sft.train import _clock_callback
+    from sft.clock import clock_callback
 
     clock = {"t": 0.0}
     monkeypatch.setattr(time, "perf_counter", lambda: clock["t"])
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=0, num_training_steps=100)
-    cb = _clock_callback(max_minutes=2.0)  # 120 s; each step below takes 10 s
+    cb = clock_callback(max_minutes=2.0)  # 120 s; each step below takes 10 s
     state, control = SimpleNamespace(global_step=0, max_steps=100), SimpleNamespace(should_training_stop=False)
     cb.on_train_begin(None, state, control)
     for step in range(1, 101):

@@ -278,3 +278,33 @@ def test_a_missing_sandbox_image_stops_the_trainer_before_any_rollout(tasks):
     with pytest.raises(ValueError, match="sandbox.image gagar-no-such-image:0: no such image"):
         SandboxPool(SandboxSection(image="gagar-no-such-image:0"), tasks / "repos")
     SandboxPool(SandboxSection(image="gagar-python:latest"), tasks / "repos").close()
+
+
+def test_the_combined_judge_ranks_in_the_loop_at_its_calibrated_confidence(tasks, monkeypatch, tmp_path):
+    """grader.judge=combined: the threshold comes from the config, or from the calibration beside the adapter;
+    without either the loop says what to run (and the config refuses a scorer without an in-process backend)."""
+    from gagar.schema import ConfigError
+
+    seen = []
+    real = grader.grade.grade_groups
+
+    def fake(groups, repos_dir, **kw):
+        seen.append((kw.get("judge"), kw.get("confidence")))
+        return real(groups, repos_dir, **{k: v for k, v in kw.items() if k not in ("backend", "confidence")}
+                    | {"judge": "heuristic"})
+
+    monkeypatch.setattr(grader.grade, "grade_groups", fake)
+    g = _group(tasks, {"minimal": "resolved", "gold": "resolved", "bloated": "resolved", "unrelated": "unresolved"})
+    t = _trainer(tasks, "grader.judge=combined", "grader.model=unused", "grader.confidence=0.2",
+                 "advantage.mode=grpo+gagar")
+    t.judge._backend = object()
+    _pipeline(t, [g])
+    assert ("combined", 0.2) in seen
+    (tmp_path / "score_calibration.json").write_text('{"confidence": 0.3}')
+    t = _trainer(tasks, "grader.judge=combined", "grader.model=unused", f"grader.adapter={tmp_path}")
+    assert t.judge.confidence() == 0.3
+    t = _trainer(tasks, "grader.judge=combined", "grader.model=unused", f"grader.adapter={tmp_path / 'none'}")
+    with pytest.raises(ValueError, match="sft calibrate"):
+        t.judge.confidence()
+    with pytest.raises(ConfigError, match="in-process"):
+        _trainer(tasks, "grader.judge=score", "grader.model=m", "grader.backend=openai", "grader.base_url=http://x")

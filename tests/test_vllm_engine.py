@@ -146,6 +146,27 @@ def test_a_trained_adapter_reaches_the_engine_moves_its_samples_and_unloads(back
     assert hits() == 0
 
 
+def test_scoring_options_matches_the_transformers_backend(backend, smol):
+    """The scoring judge's read-out (`score_continuations`: no sampling, the model's own log-probs) on vLLM is
+    the transformers backend's on the same model: one-token options ("A"/"B", the judge's answer, from one
+    request's next-token log-probs) and longer ones (from prompt log-probs); a prompt past the model's context is
+    that request's error only."""
+    from inference.backends import make_backend
+    from inference.base import BackendError
+
+    ask = [{"role": "system", "content": "Answer with one letter."},
+           {"role": "user", "content": "Which is a fruit? A: apple B: hammer"}]
+    requests = [(ask, "", ["A", "B"]), (ask, "The answer is", [" apple", " a hammer"]),
+                ([{"role": "user", "content": "word " * 9000}], "", ["A", "B"]), (ask, "", ["B", "A"])]
+    hf = make_backend("transformers", str(smol), dtype="float32")
+    want, got = hf.score_continuations(requests), backend.score_continuations(requests)
+    assert isinstance(want[2], BackendError) and isinstance(got[2], BackendError)
+    for i in (0, 1, 3):
+        assert len(got[i]) == 2 and got[i] == pytest.approx(want[i], abs=TOL_MAX)
+    assert got[3] == pytest.approx(got[0][::-1], abs=1e-5)
+    assert abs((got[1][0] - got[1][1]) - (want[1][0] - want[1][1])) < TOL_MAX
+
+
 def test_the_same_spec_is_the_same_engine(backend, smol):
     other = acquire(backend.spec)
     try:

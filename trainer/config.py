@@ -131,10 +131,15 @@ class SandboxSection(_Section):
 
 
 class GraderSection(_Section):
-    judge: Literal["heuristic", "llm"] = "heuristic"
+    # heuristic | llm (generative, agentic) | score (the learned pairwise scorer) | combined (the scorer where it is
+    # confident, the heuristic elsewhere): grader.grade.JUDGES
+    judge: Literal["heuristic", "llm", "score", "combined"] = "heuristic"
     model: Str = ""
     adapter: Str = ""
-    backend: Literal["transformers", "openai", "vllm", "vllm-server"] = "transformers"  # for the llm judge
+    backend: Literal["transformers", "openai", "vllm", "vllm-server"] = "transformers"  # for the model judges
+    # combined: use a learned verdict where |P - 0.5| >= this; None: the value `gagar sft calibrate` wrote beside
+    # the adapter
+    confidence: float | None = Field(None, ge=0, le=0.5)
     base_url: Str = ""
     permutations: int = Field(1, ge=1)
     # The behavioural hack probe (grader.probe.runner): perturbed re-runs of the failing tests in the sandbox, per
@@ -233,6 +238,11 @@ class TrainConfig(_Section):
             (r.backend != "openai" or bool(r.base_url), "rollout.backend=openai needs rollout.base_url"),
             (g.judge != "llm" or bool(g.model or g.base_url),
              "grader.judge=llm needs grader.model (path or hub id) or grader.base_url"),
+            (g.judge not in ("score", "combined") or (bool(g.model) and g.backend != "openai"),
+             f"grader.judge={g.judge} needs grader.model and grader.backend transformers or vllm (it reads prompt "
+             "log-probabilities in-process)"),
+            (g.judge != "combined" or g.confidence is not None or bool(g.adapter),
+             "grader.judge=combined needs grader.confidence or grader.adapter (with its score_calibration.json)"),
             (not (self.warmstart.enabled and r.mode == "agent"),
              "warmstart imitates single-turn diff answers; set rollout.mode: single_turn or warmstart.enabled: false"),
             (r.backend == "transformers" or self.lora.enabled,

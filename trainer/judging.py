@@ -9,7 +9,7 @@ candidates) — so the native loop (`RolloutGroup`s) and verl (`trainer.integrat
    all-passing group is exactly what must turn that group into a mixed one.
 2. `rank`: the configured judge on the groups the caller says need a ranking (`needs_grading`: two or more passing
    rollouts with a positive base advantage). With the heuristic judge, the hack check's grading already is that
-   ranking; the LLM judge gets the candidates without the hacks the check found.
+   ranking; a model judge (llm, score, combined) gets the candidates without the hacks the check found.
 With `grader.probe` (native loop), the behavioural probe (`grader.probe.runner`) runs before the check and its
 findings (`Group.behaviour`) join the static ones in `Grading.hacks`.
 """
@@ -44,7 +44,7 @@ class Judge:
         self._backend: Any = None
 
     def backend(self) -> Any:
-        """The LLM judge's chat backend, built once on first use."""
+        """The model judge's backend, built once on first use."""
         if self._backend is None:
             from inference.backends import make_backend
 
@@ -79,7 +79,22 @@ class Judge:
 
         s = self.section
         todo = [without(g, c.hacks) for g, c in zip(groups, checks, strict=True)]
-        return grade_groups(todo, self.repos_dir, judge=s.judge, backend=self.backend(), permutations=s.permutations)
+        return grade_groups(todo, self.repos_dir, judge=s.judge, backend=self.backend(), permutations=s.permutations,
+                            confidence=self.confidence())
+
+    def confidence(self) -> float | None:
+        """The combined judge's threshold: configured, or the calibration beside the adapter (`gagar sft
+        calibrate`); None for the other judges."""
+        s = self.section
+        if s.judge != "combined" or s.confidence is not None:
+            return s.confidence
+        from grader.judge.scoring import CALIBRATION_FILE, read_calibration
+
+        cal = read_calibration(s.adapter) if s.adapter else None
+        if cal is None:
+            raise ValueError(f"grader.judge=combined: no {CALIBRATION_FILE} beside grader.adapter {s.adapter!r}; "
+                             "run `gagar sft calibrate` or set grader.confidence")
+        return float(cal["confidence"])
 
     # ── on the loop's RolloutGroups ────────────────────────────────────────────────────────────────────────
     def check_hacks(self, groups: list[RolloutGroup]) -> int:

@@ -266,7 +266,7 @@ def _loop(args: argparse.Namespace) -> int:
                              heldout_split=split, heldout_tasks=heldout_tasks, heldout_k=heldout_k)
         for arm in exp.arms:
             cfg = exp.config_for(arm, 0)
-            if cfg.grader.judge == "llm" and cfg.grader.adapter and not Path(cfg.grader.adapter).is_dir():
+            if cfg.grader.judge != "heuristic" and cfg.grader.adapter and not Path(cfg.grader.adapter).is_dir():
                 raise ValueError(f"arm {arm} needs the learned judge's adapter at {cfg.grader.adapter}: train it "
                                  "with `make judge`, or pass --set grader.adapter=DIR")
     except (ValueError, VerdictError) as exc:

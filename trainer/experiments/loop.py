@@ -31,8 +31,9 @@ from trainer.experiments.verdicts import diff_size
 ARMS: dict[str, list[str]] = {
     "grpo": ["advantage.mode=grpo"],
     "grpo+gagar": ["advantage.mode=grpo+gagar"],  # with the config's grader (the heuristic by default)
-    # the learned judge of `make judge`: SmolLM2-135M-Instruct + its LoRA adapter
-    "grpo+gagar-llm": ["advantage.mode=grpo+gagar", "grader.judge=llm", "grader.model=smollm2-135m-instruct",
+    # the learned judge of `make judge`: SmolLM2-135M-Instruct + its LoRA adapter, the scoring judge combined with
+    # the heuristic at the confidence calibrated beside the adapter (grader.judge.scoring)
+    "grpo+gagar-llm": ["advantage.mode=grpo+gagar", "grader.judge=combined", "grader.model=smollm2-135m-instruct",
                        "grader.adapter=.gagar/models/judge"],
     "gapo+gagar": ["advantage.mode=gapo+gagar"],
     "downweight": ["advantage.mode=grpo+downweight"],

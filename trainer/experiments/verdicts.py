@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.jsonl import JsonlError, atomic_write_text, read_jsonl
+from sandbox.patchcheck import diff_size
 from sandbox.report import file_sha256
 
 FORMAT = "gagar-experiment-verdicts/3"  # /3: grader hacks fail, as in the trainer
@@ -49,18 +50,6 @@ def patch_hash(instance_id: str, patch: str) -> str:
     """The cache key of a patch: a verdict belongs to the patch *and* the task it was applied to."""
     text = f"{instance_id}\0{patch}"
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-
-
-def diff_size(patch: str) -> tuple[int, int]:
-    """(changed lines = added + removed, files changed) of a unified diff; (0, 0) when unparsable."""
-    from unidiff import PatchSet
-    from unidiff.errors import UnidiffParseError
-
-    try:
-        ps = PatchSet(patch)
-    except (UnidiffParseError, ValueError):
-        return 0, 0
-    return sum(f.added + f.removed for f in ps), len(ps)
 
 
 def subset_key(rollout_ids: list[str] | set[str]) -> str:
