@@ -93,6 +93,11 @@ class RolloutConfig(_Section):
     max_new_tokens: int = Field(256, ge=1)  # per turn
     max_prompt_tokens: int = Field(2048, ge=1)
     max_context_chars: int = Field(4000, ge=0)  # source shown in the single-turn prompt
+    # single_turn: what the answer is (trainer.agent.edits): a unified diff, the code shown rewritten whole
+    # (`function`: the function around the fix, or a window of it), or SEARCH/REPLACE blocks. Whatever the
+    # format, the reward is the sandbox's verdict on the unified diff it stands for.
+    edit_format: Literal["diff", "function", "search_replace"] = "diff"
+    max_region_lines: int = Field(30, ge=1)  # function / search_replace: at most this many lines shown
     # RL samples: > 0. The log-probs of the importance ratio are scored under the same temperature and top-p.
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -231,6 +236,8 @@ class TrainConfig(_Section):
              "warmstart imitates single-turn diff answers; set rollout.mode: single_turn or warmstart.enabled: false"),
             (r.backend == "transformers" or self.lora.enabled,
              f"rollout.backend={r.backend} receives LoRA adapters only; set lora.enabled: true"),
+            (r.edit_format == "diff" or r.mode == "single_turn",
+             f"rollout.edit_format={r.edit_format} is a single-turn answer; set rollout.mode: single_turn"),
             (not r.drop_unfinished or r.mode == "agent",
              "rollout.drop_unfinished applies to agent episodes; set rollout.mode: agent or drop_unfinished: false"),
             (self.optim.lr_schedule != "cosine" or self.optim.warmup_steps < max(self.steps, 1),

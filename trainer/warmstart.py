@@ -25,9 +25,10 @@ import torch
 from sandbox.jsonl import JsonlError, read_jsonl
 from sandbox.records import Instance
 from sandbox.report import staged_dir
-from trainer.agent.prompts import single_turn_messages
+from trainer.agent.edits import as_answer
+from trainer.agent.prompts import single_turn_prompt
 from trainer.agent.tokens import Conversation
-from trainer.config import TasksConfig, TrainConfig
+from trainer.config import RolloutConfig, TasksConfig, TrainConfig
 from trainer.policy import token_logprobs
 from trainer.tasks import fixed_subset, load_instances
 
@@ -88,15 +89,36 @@ def _rollout_examples(cfg: TrainConfig, instances: dict[str, Instance], tdir: Pa
     return out
 
 
+def answers_in_format(examples: list[tuple[str, str, str]], instances: dict[str, Instance], repos: Path,
+                      r: RolloutConfig) -> list[tuple[str, str, str]]:
+    """(instance_id, kind, answer): each imitated patch written as the answer of `rollout.edit_format` (the
+    patch itself for `diff`; the code shown, rewritten, for `function`; SEARCH/REPLACE blocks). A patch that
+    does not touch the code the prompt shows cannot be written in a region format and is left out."""
+    if r.edit_format == "diff":
+        return examples
+    out = []
+    for iid, kind, patch in examples:
+        region = single_turn_prompt(instances[iid], repos, r.max_context_chars, r.edit_format,
+                                    r.max_region_lines).region
+        answer = as_answer(r.edit_format, region, patch) if region else None
+        if answer is not None:
+            out.append((iid, kind, answer))
+    if not out:
+        raise ValueError(f"warmstart: none of the {len(examples)} patches can be written as a "
+                         f"{r.edit_format} answer (each must change only the code its prompt shows)")
+    return out
+
+
 def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Instance], tokenizer: Any,
                      log=print) -> str:
     instances, repos = warmstart_tasks(cfg, instances)
-    examples = warmstart_examples(cfg, instances)
     w, r = cfg.warmstart, cfg.rollout
+    examples = answers_in_format(warmstart_examples(cfg, instances), instances, repos, r)
     prompts: dict[str, list[int]] = {}
     for iid, _kind, _patch in examples:
         if iid not in prompts:
-            prompts[iid] = Conversation(tokenizer, single_turn_messages(instances[iid], repos, r.max_context_chars)).ids
+            prompts[iid] = Conversation(tokenizer, single_turn_prompt(
+                instances[iid], repos, r.max_context_chars, r.edit_format, r.max_region_lines).messages).ids
     # The prompts themselves are in the key: a change to what the prompt shows must not reuse an old warm start.
     shape = {"epochs": w.epochs, "lr": w.lr, "batch": w.batch_size, "seed": cfg.seed, "ctx": r.max_context_chars,
              "examples": examples, "commits": sorted(i.base_commit for i in instances.values()),
