@@ -30,7 +30,7 @@ from trainer.agent.prompts import single_turn_prompt
 from trainer.agent.tokens import Conversation
 from trainer.config import RolloutConfig, TasksConfig, TrainConfig
 from trainer.policy import token_logprobs
-from trainer.tasks import fixed_subset, load_instances
+from trainer.tasks import fixed_subset, load_instances, other_split_ids
 
 _MARKER = "gagar_warmstart.json"
 
@@ -53,11 +53,18 @@ def warmstart_tasks(cfg: TrainConfig, instances: dict[str, Instance]) -> tuple[d
     if not cfg.warmstart.tasks_dir:
         return instances, cfg.tasks.repos_path()
 
-    tasks = TasksConfig(dir=cfg.warmstart.tasks_dir)
+    # The training split applies there too (when that set has splits), and no task of another split of the
+    # training set may be imitated: a held-out task's fix must never be shown to the policy.
+    split = cfg.tasks.split if (Path(cfg.warmstart.tasks_dir) / "splits.json").is_file() else ""
+    tasks = TasksConfig(dir=cfg.warmstart.tasks_dir, split=split)
     try:
-        return load_instances(tasks), tasks.repos_path()
+        found = load_instances(tasks)
     except (OSError, ValueError) as exc:
         raise ValueError(f"warmstart.tasks_dir: {exc}") from exc
+    if held := sorted(set(found) & other_split_ids(cfg.tasks)):
+        raise ValueError(f"warmstart.tasks_dir {cfg.warmstart.tasks_dir} holds {len(held)} task(s) of a split the "
+                         f"run does not train on (e.g. {held[0]}); a warm start must never imitate them")
+    return found, tasks.repos_path()
 
 
 def warmstart_examples(cfg: TrainConfig, instances: dict[str, Instance]) -> list[tuple[str, str, str]]:
@@ -111,6 +118,10 @@ def answers_in_format(examples: list[tuple[str, str, str]], instances: dict[str,
 
 def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Instance], tokenizer: Any,
                      log=print) -> str:
+    if cfg.warmstart.source == "mutations":
+        from trainer.mutation_sft import ensure_mutation_warmstart
+
+        return ensure_mutation_warmstart(cfg, base_path, instances, log=log)
     instances, repos = warmstart_tasks(cfg, instances)
     w, r = cfg.warmstart, cfg.rollout
     examples = answers_in_format(warmstart_examples(cfg, instances), instances, repos, r)

@@ -85,17 +85,17 @@ def changed_line(patch: str, path: str) -> int | None:
     return None
 
 
-def _functions(text: str) -> list[tuple[int, int, str]]:
+def _function_at(text: str, line: int) -> tuple[int, int, str] | None:
+    """(first line with decorators, last line, name) of the innermost function holding `line`."""
+    from sft.degrade_py import enclosing_function
+
     try:
-        tree = ast.parse(text)
+        fn = enclosing_function(ast.parse(text), line)
     except (SyntaxError, ValueError):
-        return []
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            out.append((first, node.end_lineno or node.lineno, node.name))
-    return out
+        return None
+    if fn is None:
+        return None
+    return min([fn.lineno, *(d.lineno for d in fn.decorator_list)]), fn.end_lineno or fn.lineno, fn.name
 
 
 def find_region(path: str, text: str, line: int, *, max_lines: int, max_chars: int) -> Region:
@@ -104,8 +104,7 @@ def find_region(path: str, text: str, line: int, *, max_lines: int, max_chars: i
     lines = split_lines(text)
     n = max(len(lines), 1)
     line = min(max(line, 1), n)
-    around = [f for f in _functions(text) if f[0] <= line <= f[1]]
-    lo, hi, name = min(around, key=lambda f: f[1] - f[0]) if around else (1, n, None)
+    lo, hi, name = _function_at(text, line) or (1, n, None)
     if hi - lo + 1 <= max_lines and sum(len(x) for x in lines[lo - 1 : hi]) <= max_chars:
         return Region(path, text, lo, hi, name)
     a = b = line

@@ -252,11 +252,12 @@ def _loop(args: argparse.Namespace) -> int:
         if base.warmstart.enabled and base.warmstart.tasks_dir:
             _ensure_tasks(Path(base.warmstart.tasks_dir))
         split = args.heldout_split if args.heldout_split is not None else ("heldout" if base.tasks.split else "")
-        from trainer.tasks import split_ids
+        from trainer.tasks import check_heldout_split, split_ids
 
         split_ids(base.tasks)  # a missing splits file or split fails here, with what there is, not mid-run
         if split:
             split_ids(base.tasks.model_copy(update={"split": split}))
+            check_heldout_split(base.tasks, split)
         _ensure_repos(base)
         exp = LoopExperiment(config=args.config, arms=[a.strip() for a in args.arms.split(",") if a.strip()],
                              seeds=seeds, steps=steps, work=args.work / stem, tasks_dir=tasks_dir, extra=extra,

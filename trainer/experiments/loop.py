@@ -66,6 +66,10 @@ class LoopExperiment:
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown:
             raise ValueError(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
+        if self.heldout_split:
+            from trainer.tasks import check_heldout_split
+
+            check_heldout_split(self.config_for(self.arms[0], 0).tasks, self.heldout_split)
         if self.tasks_dir is not None and not (self.tasks_dir / "instances.jsonl").is_file():
             raise ValueError(f"{self.tasks_dir} holds no tasks (instances.jsonl); build the bundled ones with "
                              f"`python examples/build_tasks.py --out {self.tasks_dir}` (or `make tasks`)")
@@ -136,7 +140,7 @@ class Quality:
     def __init__(self, cfg: TrainConfig) -> None:
         from trainer.tasks import load_instances
 
-        self.labels = quality_labels(Path(cfg.tasks.dir))
+        self.labels = quality_labels(cfg.tasks.instances_path().parent)  # the labels beside the tasks trained on
         self.instances = load_instances(cfg)
         self.repos = cfg.tasks.repos_path()
         self._scopes: dict[str, Scope] = {}
