@@ -62,11 +62,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.instances = load_instances(cfg)
         self.repos = cfg.tasks.repos_path()
-        self.sampler = TaskSampler(list(self.instances), cfg.seed, cfg.tasks.shuffle)
         self.pool = SandboxPool(cfg.sandbox, self.repos, run_id=f"train-{self.out.name}")  # checks before the model
         ckpt, state = resume_point(self.out, resume, log)
         self.policy = build_policy(cfg, self.instances, ckpt=ckpt, state=state, log=log)
-        self.restore(state)
         from trainer.rollout import make_backend
 
         self.backend = make_backend(cfg, self.policy.model, self.policy.tokenizer, str(self.out),
@@ -77,8 +75,27 @@ class Trainer:
         if ckpt and cfg.rollout.backend != "transformers":
             self.backend.sync_weights(self.policy.model, self.start_step)
         self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config)
+        if cfg.tasks.frontier_k:
+            self.instances = self.frontier(resumed=ckpt is not None)
+        self.sampler = TaskSampler(list(self.instances), cfg.seed, cfg.tasks.shuffle)
+        self.restore(state)
         self.metrics = MetricsWriter(self.out, start_step=self.start_step, tensorboard=cfg.tensorboard)
         (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+
+    def frontier(self, *, resumed: bool) -> dict:
+        """The training tasks with 0 < p < 1 under the starting policy (`tasks.frontier_k`; trainer.frontier). A
+        resumed run keeps the tasks it started with: its policy is no longer the starting one."""
+        from trainer.frontier import ensure_frontier
+
+        record = self.out / "frontier.json"
+        if resumed:
+            if not record.is_file():
+                raise ValueError(f"{self.out} trains on frontier tasks but has no frontier.json to resume with")
+            kept = json.loads(record.read_text())["kept"]
+        else:
+            kept = ensure_frontier(self.cfg, self.policy.base_path, self.backend, self.policy.tokenizer,
+                                   self.instances, self.pool, self.judge, self.out, self.log)
+        return {i: self.instances[i] for i in kept if i in self.instances}
 
     def restore(self, state: dict) -> None:
         """Continue where a checkpoint's state left off: its step and task cursor, and the tasks it had drawn

@@ -121,7 +121,7 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
     if cfg.warmstart.source == "mutations":
         from trainer.mutation_sft import ensure_mutation_warmstart
 
-        return ensure_mutation_warmstart(cfg, base_path, instances, log=log)
+        return ensure_mutation_warmstart(cfg, base_path, log=log)
     instances, repos = warmstart_tasks(cfg, instances)
     w, r = cfg.warmstart, cfg.rollout
     examples = answers_in_format(warmstart_examples(cfg, instances), instances, repos, r)
