@@ -166,6 +166,8 @@ class Trainer:
         items = [it for it, c in zip(items, cut, strict=True) if not c]
         r, p = self.cfg.rollout, self.policy
         lr = o.lr * lr_factor(step, o, self.cfg.steps)
+        if lr == 0.0:  # nothing can change (AdamW's step and its weight decay both scale with lr): skip the passes
+            return {"lr": 0.0, "overlong_filtered": sum(cut), "update_skipped": 1}
         stats = policy_update(p.model, p.optimizer, items, o, pad_id=p.pad_id, temperature=r.temperature,
                               top_p=r.top_p, seed=self.cfg.seed, ref_model=p.ref_model, lr=lr,
                               loss_scale=o.loss_scale or self.cfg.policy_token_budget())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,9 @@ def _tests(tree: ast.Module, path: str) -> Iterator[tuple[ast.AST, str]]:
 
 
 def _statement(project: str, function: str, index: dict[str, list[str]], rng: random.Random, patch: str) -> str:
-    parts = [p for p in function.split(".") if p != "<locals>"]
+    # `C.x.setter` / `C.x.deleter` (a property's accessors) and `f@L42` (a name defined twice) are the factory's
+    # names for functions that share a Python name: the tests call that name
+    parts = [p for p in re.sub(r"@L\d+$", "", function).split(".") if p not in ("<locals>", "setter", "deleter")]
     name = next((p for p in reversed(parts) if not (p.startswith("__") and p.endswith("__"))), parts[-1])
     tests = sorted(set(index.get(name, [])))
     failing = sorted(rng.sample(tests, min(MAX_TESTS, len(tests)))) if tests else []
@@ -152,10 +155,14 @@ def mutation_pairs(projects: list[Project], *, count: int, seed: int, edit_forma
         muts = [m for p, t in sorted(sources.items()) for m in find_mutations(p, t)]
         name = project.repo.split("/", 1)[-1]
         made = 0
-        for m in iter_candidates(muts, seed, Checker(sources), per_function=per_function):
+        per_fn: dict[tuple[str, int], int] = {}
+        # at most `per_function` pairs per function, a function being its lines (a property's getter and setter
+        # share a Python name but are two functions), in the factory's round-robin order
+        for m in iter_candidates(muts, seed, Checker(sources), per_function=1 << 30):
             if made >= want:
                 break
-            if m.key in project.task_keys:
+            fn = (m.path, m.func_lines[0])
+            if m.key in project.task_keys or per_fn.get(fn, 0) >= per_function:
                 continue
             clean = sources[m.path]
             broken = m.apply(clean)
@@ -170,6 +177,7 @@ def mutation_pairs(projects: list[Project], *, count: int, seed: int, edit_forma
                                                                                            index, m.function)
             out.append({"messages": [*messages, {"role": "assistant", "content": answer}], "repo": project.repo,
                         "path": m.path, "function": m.function, "kind": m.kind, "key": m.key})
+            per_fn[fn] = per_fn.get(fn, 0) + 1
             made += 1
     return out
 

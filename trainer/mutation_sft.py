@@ -69,7 +69,8 @@ def sft_settings(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def warmstart_key(cfg: TrainConfig, base_path: str, records: list[dict[str, Any]]) -> str:
-    data = hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()
+    """What is trained on (the records' messages: where a pair came from does not matter), how, and on what."""
+    data = hashlib.sha256(json.dumps([r["messages"] for r in records], sort_keys=True).encode()).hexdigest()
     return hashlib.sha256(json.dumps({"base": base_identity(base_path), "data": data, "sft": sft_settings(cfg)},
                                      sort_keys=True).encode()).hexdigest()[:16]
 

@@ -40,9 +40,10 @@ ARMS: dict[str, list[str]] = {
 }
 METRICS = ("pass_rate", "minimal_share", "passing_diff_lines", "passing_files", "scope_creep",
            "out_of_scope_lines", "policy_tokens_mean", "adv_std", "adv_pass_max_after", "gagar_groups", "gagar_moved",
-           "judge_fallbacks", "hacks_sandbox", "hacks_grader", "gen_s", "eval_s", "check_s", "rank_s", "update_s")
+           "judge_fallbacks", "hacks_sandbox", "hacks_grader", "format_errors", "groups_kept", "gen_s", "eval_s",
+           "check_s", "rank_s", "update_s", "step_s")
 HELDOUT = ("pass1_greedy", "pass1_sampled", "passing_diff_lines", "passing_files", "scope_creep",
-           "out_of_scope_lines", "tokens_mean", "hacks_sandbox")
+           "out_of_scope_lines", "tokens_mean", "hacks_sandbox", "hacks_grader", "format_errors")
 # Wall-clock seconds per RL step, per warm start and per held-out task (greedy + k samples), per config, measured
 # by this experiment's own runs on the 2-core machine (smol: the loop_real pilot at load 5, 8 rollouts of up to
 # 192 tokens a step, 48 warm-start examples × 2 epochs, k = 2); used only for the estimate printed first.
@@ -189,7 +190,9 @@ def run_arm(exp: LoopExperiment, arm: str, seed: int, log: Callable[[str], None]
 
         held = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"split": exp.heldout_split})})
         heldout = evaluate_heldout(held, run, max_tasks=exp.heldout_tasks, k=exp.heldout_k, log=lambda m: None)
-    return {"steps": collect(run, cfg, exp.steps), "heldout": heldout}
+    frontier = json.loads((run / "frontier.json").read_text()) if (run / "frontier.json").is_file() else None
+    return {"steps": collect(run, cfg, exp.steps), "heldout": heldout,
+            "frontier": {k: v for k, v in frontier.items() if k != "rates"} if frontier else None}
 
 
 def collect(run: Path, cfg: TrainConfig, steps: int) -> list[dict[str, Any]]:
@@ -225,7 +228,8 @@ def aggregate(per_seed: dict[str, list[dict[str, Any]]], steps: int, tail: int, 
 
         final = {m: _stats([tail_mean(s, m) for s in rows]) for m in METRICS}
         held = [s["heldout"] for s in seeds if s.get("heldout")]
-        heldout = {m: _stats([h.get(m) for h in held]) for m in (*HELDOUT, f"pass{k}")} if held else None
+        heldout = {m: _stats([h.get(m) for h in held]) for m in (*HELDOUT, f"pass{k}", f"pass{k}_tasks")} \
+            if held else None
         out[arm] = {"curves": curves, "final": final, "heldout": heldout}
     return out
 
@@ -251,6 +255,8 @@ def run_experiment(exp: LoopExperiment, log: Callable[[str], None] = print) -> d
         "heldout": {"split": exp.heldout_split, "tasks": exp.heldout_tasks, "k": exp.heldout_k}
         if exp.heldout_split else None,
         "metrics": list(METRICS), "results": aggregate(per_seed, exp.steps, tail, exp.heldout_k),
+        # the training tasks every run trained on (tasks.frontier_k; the same estimate for every arm and seed)
+        "frontier": next((s["frontier"] for runs in per_seed.values() for s in runs if s.get("frontier")), None),
         "per_seed": per_seed,
     }
 
