@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from grader.features import is_test_path  # noqa: E402
 from grader.grade import grade_group  # noqa: E402
-from grader.hacks import candidate_hacks  # noqa: E402
-from grader.literals import task_literals  # noqa: E402
+from grader.hacks.detect import candidate_hacks  # noqa: E402
+from grader.hacks.literals import task_literals  # noqa: E402
 from grader.records import Candidate, Group, load_groups, read_jsonl  # noqa: E402
 from sandbox.integrity import gitsafe  # noqa: E402
 from sandbox.report import atomic_write_text  # noqa: E402

@@ -16,7 +16,7 @@ Columns: usable free answers (valid answer replies / all answer replies), top-1,
 group), pairwise accuracy on the size-inverted pairs (the better patch changes more lines than the worse one:
 a complete fix against an incomplete one or a special case; pooled over pairs), and gold above hack (groups
 with both: the gold patch ranked above the special case). These are the rankers' own orders: the static hack
-verdicts that `gagar grade` applies afterwards (`grader.hacks`) are reported apart, as the "product" figures,
+verdicts that `gagar grade` applies afterwards (`grader.hacks.detect`) are reported apart, as the "product" figures,
 with a check that `gagar grade --judge llm --model BASE --adapter ADAPTER` returns the same rankings.
 Wall and CPU times and the load average are recorded beside every row (a shared machine).
 """
@@ -39,9 +39,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.hacks import apply_hacks, workspace_hacks  # noqa: E402
+from grader.hacks.detect import apply_hacks, workspace_hacks  # noqa: E402
 from grader.heuristic import rank_features, workspace_features  # noqa: E402
-from grader.judge import LLMJudge  # noqa: E402
+from grader.judge.llm import LLMJudge  # noqa: E402
 from grader.metrics import evaluate  # noqa: E402
 from grader.records import Grading, load_groups, read_jsonl, write_jsonl_atomic  # noqa: E402
 from grader.workspace import SharedWorkspace  # noqa: E402
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cli-groups", type=int, default=8, help="groups graded again through `gagar grade` (0: none)")
     p.add_argument("--skip-base", action="store_true", help="leave out the untuned base row")
     args = p.parse_args(argv)
-    from grader.backends import make_backend
+    from grader.judge.backends import make_backend
 
     manifest = json.loads((args.data / "manifest.json").read_text())
     repos = args.repos_dir or Path(manifest.get("repos_dir") or ROOT / ".gagar/judge/repos")

@@ -40,7 +40,7 @@ COMMANDS: dict[str, Command] = {
         ("gc", "remove leftover sandbox containers and the temp workspaces of dead runs"),)),
     "grade": Command("grader.cli", "main", "rank the passing candidates of groups (heuristic or LLM judge)", (
         ("eval", "a judge against known orders: top-1, pairwise accuracy, Kendall tau"),)),
-    "serve": Command("grader.serve", "main", "serve a model (+ PEFT adapter) over the OpenAI API (chat, completions)"),
+    "serve": Command("inference.serve", "main", "serve a model (+ PEFT adapter) over the OpenAI API (chat, completions)"),
     "sft": Command("sft.cli", "main", "judge training data, fine-tuning and evaluation", (
         ("data", "judge training records with known-order labels"),
         ("train", "SFT of the judge from a YAML config (TRL SFTTrainer + PEFT)"),

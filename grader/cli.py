@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grader.backends import ChatBackend, make_backend
 from grader.grade import grade_groups
+from grader.judge.backends import ChatBackend, make_backend
 from grader.metrics import evaluate
 from grader.records import Group, InputError, load_groups, read_jsonl, write_jsonl_atomic
 from sandbox.integrity import gitsafe

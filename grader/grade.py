@@ -12,10 +12,10 @@ from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
 
-from grader.backends import ChatBackend
-from grader.hacks import apply_hacks, workspace_hacks
+from grader.hacks.detect import apply_hacks, workspace_hacks
 from grader.heuristic import rank_workspace
-from grader.judge import LLMJudge
+from grader.judge.backends import ChatBackend
+from grader.judge.llm import LLMJudge
 from grader.records import Grading, Group
 from grader.workspace import SharedWorkspace
 
@@ -26,7 +26,7 @@ BATCH_GROUPS = 8
 def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int, stats: Counter[str] | None,
          answer_grammar: bool | None) -> LLMJudge:
     if backend is None:
-        raise ValueError("judge='llm' needs a backend (see grader.backends)")
+        raise ValueError("judge='llm' needs a backend (see grader.judge.backends)")
     return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens, stats=stats,
                     answer_grammar=answer_grammar)
 
@@ -68,7 +68,7 @@ def grade_groups(
 
     `stats` (LLM judge) accumulates reply counts: `replies`, `unusable_replies`, `runs`, `failed_runs`,
     `grammar_answers`, ... `answer_grammar` (LLM judge): None decodes the answer in the answer grammar
-    (`grader.grammar`) whenever a free reply is unusable and the backend can score continuations; False never.
+    (`grader.judge.grammar`) whenever a free reply is unusable and the backend can score continuations; False never.
     """
     if judge not in JUDGES:
         raise ValueError(f"unknown judge {judge!r}; choose heuristic or llm")

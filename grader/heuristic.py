@@ -19,7 +19,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from grader.features import CandidateFeatures, group_features
-from grader.hacks import HackFinding, apply_hacks, workspace_hacks
+from grader.hacks.detect import HackFinding, apply_hacks, workspace_hacks
 from grader.records import Grading, Group, tier_weights
 from grader.workspace import SharedWorkspace
 
@@ -124,7 +124,7 @@ def workspace_features(ws: SharedWorkspace, exclude: Collection[str] = ()) -> di
 
 
 def rank_workspace(ws: SharedWorkspace) -> Grading:
-    """Rank inside an open workspace; candidates with hack findings (`grader.hacks`) are ranked last."""
+    """Rank inside an open workspace; candidates with hack findings (`grader.hacks.detect`) are ranked last."""
     hacks = workspace_hacks(ws)
     return rank_features(ws.group.instance_id, workspace_features(ws, exclude=hacks), ws.failed, hacks)
 

@@ -72,7 +72,7 @@ class Group:
     # What the task's tests exercise, so the judge can tell special-casing of test inputs from a general fix.
     test_patch: str = ""
     FAIL_TO_PASS: list[str] = field(default_factory=list)
-    # Behavioural hack findings (`grader.probes`): rollout_id -> [{kind, file, line, detail}]; they join the
+    # Behavioural hack findings (`grader.probe.runner`): rollout_id -> [{kind, file, line, detail}]; they join the
     # static findings as verdicts and are shown to the judge.
     behaviour: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 

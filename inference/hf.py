@@ -5,7 +5,7 @@ One class for both. Given a path it loads the model (and adapter) for inference;
 left-padded so every row's completion starts at the same column; the judge's conversations of one turn and the
 policy's n rollouts of a step each go through `generate` as one batch (chunks of `batch_size`).
 `score_continuations` scores given continuations instead of sampling one: the judge's answer grammar chooses
-by it (`grader.grammar`).
+by it (`grader.judge.grammar`).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class TransformersBackend:
         self, requests: list[tuple[Messages, str, list[str]]]
     ) -> list[list[float] | BackendError]:
         """Log-probability of each option as the assistant's reply continuing `prefix`, per (messages, prefix,
-        options) request: what grammar-constrained answers (`grader.grammar`) choose by.
+        options) request: what grammar-constrained answers (`grader.judge.grammar`) choose by.
 
         Each option is tokenized with everything before it, as the model reads it, and scored from the first
         token where the options' tokenizations part: the shared part has the same probability for all of them,

@@ -240,7 +240,7 @@ def rollout_groups(
         by_inst[res.instance_id].append(res)
     backend = None
     if labeller == "teacher":
-        from grader.backends import OpenAIBackend
+        from grader.judge.backends import OpenAIBackend
 
         if not base_url or not model:
             raise InputError("--labeller teacher needs --base-url URL and --model NAME")

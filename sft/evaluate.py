@@ -1,6 +1,6 @@
 """`gagar sft eval`: the judge (base, or base + adapter) against the heuristic ranker on held-out labels.
 
-The judge runs the full agentic loop of `grader.judge` (its own tool calls over a fresh shared workspace);
+The judge runs the full agentic loop of `grader.judge.llm` (its own tool calls over a fresh shared workspace);
 the heuristic ranks the same groups. One table, same metrics (`grader.metrics`): top-1, pairwise accuracy,
 Kendall tau, and the parse rate (groups where the judge's own answer was usable). A judge answer that was
 unusable scores 0 on that group; the row "judge+fallback" shows what the trainer receives in that case (the
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grader.judge.prompt import Answer, parse_assistant, validate_answer
 from grader.metrics import evaluate
-from grader.prompt import Answer, parse_assistant, validate_answer
 
 
 def answer_step_metrics(
@@ -84,10 +84,10 @@ def compare(
     """Rows of the comparison table: heuristic, judge (own answers only), judge with heuristic fallback.
 
     `parse_rate` counts the groups answered by a usable free reply; `grammar_rate` those whose answer was
-    decoded in the answer grammar (`grader.grammar`): the model's choices, not its free-form writing.
+    decoded in the answer grammar (`grader.judge.grammar`): the model's choices, not its free-form writing.
     """
     from grader.grade import grade_groups
-    from grader.judge import decoded_in_grammar
+    from grader.judge.llm import decoded_in_grammar
 
     todo = [g for g in groups if g.instance_id in gold]
     heur = grade_groups(todo, repos_dir, judge="heuristic")
@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
     prog = "gagar sft eval"
-    from grader.backends import make_backend
+    from grader.judge.backends import make_backend
     from grader.records import InputError, load_groups
 
     try:

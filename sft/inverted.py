@@ -27,7 +27,7 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from grader.features import added_lines, patch_file_path
-from grader.literals import py_tokens
+from grader.hacks.literals import py_tokens
 from sft.degrade import DegradeError, Variant, _Tree, scratch_tree
 from sft.degrade_common import indent_of
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from grader.prompt import (
+from grader.judge.prompt import (
     Answer,
     build_initial_messages,
     candidate_findings,
@@ -22,8 +22,8 @@ from grader.prompt import (
     format_tool_result,
     validate_answer,
 )
+from grader.judge.tools import run_tool
 from grader.records import Group
-from grader.tools import run_tool
 from grader.workspace import SharedWorkspace
 
 _LETTER_PREFIX = re.compile(r"^\[as candidate [A-Z]+\]\s*")
@@ -111,7 +111,7 @@ def _visible_tiers(ws: SharedWorkspace, order: list[str]) -> dict[str, int]:
 
 
 def _cited(ws: SharedWorkspace, tiers: dict[str, int]) -> dict[str, list[str]]:
-    # The first of what the judge may cite (grader.prompt.cite_options): the same choices its decoder offers.
+    # The first of what the judge may cite (grader.judge.prompt.cite_options): the same choices its decoder offers.
     options = cite_options(ws, ws.labels)
     return {ws.rollout_of(lab): options[lab][:1] for lab in ws.labels if tiers.get(ws.rollout_of(lab), 1) != 1}
 

@@ -280,7 +280,7 @@ def _phrases_digest() -> str:
     # A corpus-fit tokenizer holds the judge's candidate phrases: a change to them must rebuild cached models.
     import hashlib
 
-    from grader.prompt import candidate_phrases
+    from grader.judge.prompt import candidate_phrases
 
     return hashlib.sha256("\n".join(candidate_phrases()).encode()).hexdigest()[:16]
 
@@ -350,7 +350,7 @@ def _build(target: Path, key: dict) -> None:
     extra = corpus_texts(key["corpus"]) if key.get("corpus") else None
     phrases = None
     if key.get("corpus"):
-        from grader.prompt import candidate_phrases
+        from grader.judge.prompt import candidate_phrases
 
         # The judge's own format, beside what recurs in its corpus: each letter-bearing key is one token.
         frequent = frequent_lines(key["corpus"])

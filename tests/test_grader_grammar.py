@@ -1,4 +1,4 @@
-"""Answers decoded in the answer grammar (grader/grammar.py) and the scoring they choose by (inference/hf.py)."""
+"""Answers decoded in the answer grammar (grader/judge/grammar.py) and the scoring they choose by (inference/hf.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from test_grader_util import bundled_tasks
 
 from grader.grade import grade_groups
-from grader.grammar import answer_program, decode_answers
-from grader.prompt import (
+from grader.judge.grammar import answer_program, decode_answers
+from grader.judge.prompt import (
     build_initial_messages,
     cite_options,
     format_answer,
@@ -111,7 +111,7 @@ def tasks(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    from grader.backends import TransformersBackend
+    from grader.judge.backends import TransformersBackend
     from sft.tiny import build_tiny_model
 
     return TransformersBackend(str(build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")), batch_size=3)

@@ -13,9 +13,9 @@ from test_grader_judge import ScriptedJudge
 from test_grader_util import bundled_tasks
 
 from grader.grade import grade_group, grade_groups
-from grader.hacks import apply_hacks, candidate_hacks, verdict
-from grader.hacks_common import HackFinding
-from grader.literals import distinctive, task_literals
+from grader.hacks.common import HackFinding
+from grader.hacks.detect import apply_hacks, candidate_hacks, verdict
+from grader.hacks.literals import distinctive, task_literals
 from grader.records import Candidate, Grading, Group, load_groups, read_jsonl
 
 FULL = os.environ.get("GAGAR_FULL") == "1"

@@ -11,11 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_grader_util import bundled_tasks
 
-from grader.aggregate import aggregate_tiers, agreement, borda
 from grader.grade import grade_groups
-from grader.judge import LLMJudge
-from grader.metrics import evaluate, kendall_tau, pairwise_accuracy, top1
-from grader.prompt import (
+from grader.judge.aggregate import aggregate_tiers, agreement, borda
+from grader.judge.llm import LLMJudge
+from grader.judge.prompt import (
     SYSTEM_PROMPT,
     Answer,
     ParseError,
@@ -27,6 +26,7 @@ from grader.prompt import (
     parse_assistant,
     validate_answer,
 )
+from grader.metrics import evaluate, kendall_tau, pairwise_accuracy, top1
 from grader.records import Group, load_groups, read_jsonl
 from grader.workspace import SharedWorkspace
 
@@ -167,7 +167,7 @@ def test_turn_budget_ends_the_loop(tasks):
 def test_llm_judge_end_to_end_with_a_tiny_random_model(tasks, tmp_path_factory):
     """An untrained (random-weight) model's reply is almost never a valid answer: the run must end in the
     heuristic fallback. A trained judge answers for itself: tests/test_sft_judge.py."""
-    from grader.backends import TransformersBackend
+    from grader.judge.backends import TransformersBackend
     from sft.tiny import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")
@@ -208,7 +208,7 @@ def test_transformers_backend_loads_a_peft_adapter(tmp_path_factory):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grader.backends import TransformersBackend, make_backend
+    from grader.judge.backends import TransformersBackend, make_backend
     from sft.tiny import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")

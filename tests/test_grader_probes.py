@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.probe_transform import build_probe
-from grader.probe_verdicts import judge
-from grader.probes import BASE, ProbeRun, apply_file_patch, file_diff, read_records
+from grader.probe.runner import BASE, ProbeRun, apply_file_patch, file_diff, read_records
+from grader.probe.transform import build_probe
+from grader.probe.verdicts import judge
 
 LIB = '''def chunks(seq, n):
     out = []
@@ -86,7 +86,7 @@ def test_transform_keeps_sites_aligned_and_compiles() -> None:
 
 
 def test_probe_command_keeps_the_tasks_options_but_not_its_selection() -> None:
-    from grader.probes import _runner
+    from grader.probe.runner import _runner
 
     assert _runner("python3 -m pytest -rA -o addopts= tests/test_x.py") == "python3 -m pytest -rA -o addopts="
     assert _runner("pytest -k 'a or b' tests/t.py::test_a -x --maxfail 2 -p no:warnings --tb short -W error") == \
@@ -134,8 +134,8 @@ def test_collapse_lookup_table(tmp_path: Path) -> None:
 
 
 def test_static_line_misses_what_the_probe_catches(tmp_path: Path) -> None:
-    from grader.hacks import candidate_hacks
-    from grader.literals import task_literals
+    from grader.hacks.detect import candidate_hacks
+    from grader.hacks.literals import task_literals
 
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "lib.py").write_text(LIB)
@@ -237,7 +237,7 @@ def test_probe_group_through_the_sandbox(tmp_path: Path) -> None:
     inst = Instance(instance_id="acme__chunks-1", repo="acme/chunks", base_commit=base, patch="",
                     test_patch=diff("tests/test_lib.py", old_test, new_test), FAIL_TO_PASS=[ID], PASS_TO_PASS=[],
                     test_cmd="python3 -m pytest -rA -o addopts= tests/test_lib.py")
-    from grader.probes import probe_group
+    from grader.probe.runner import probe_group
 
     cfg = SandboxConfig(repos_dir=tmp_path / "repos", image="gagar-python:latest", max_workers=2, timeout=120)
     run = probe_group(inst, {"gold": diff("lib.py", LIB, FIX), "hack": diff("lib.py", LIB, hack("len(seq) in (5, 7)"))},
@@ -251,7 +251,7 @@ def test_a_crash_is_no_answer(tmp_path: Path) -> None:
     """Round 9. A candidate that breaks off the tests' inputs (an interpreter error from an operation, not a
     `raise`) gives no answer there: it is no evidence that the gold, which does what the unfixed code does on
     inputs the bug does not reach, fixes only the tests' inputs (bench/hackset8's one false flag on a gold)."""
-    from grader.probe_runtime import crashed
+    from grader.probe.runtime import crashed
 
     def error(code: str) -> BaseException:
         try:

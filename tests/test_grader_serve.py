@@ -20,8 +20,8 @@ import openai
 import pytest
 from test_grader_util import ROOT, bundled_tasks
 
-from grader.backends import BackendError, OpenAIBackend
 from grader.grade import grade_groups
+from grader.judge.backends import BackendError, OpenAIBackend
 from grader.records import load_groups
 
 MSG = [{"role": "user", "content": "Which patch is smaller?"}]
@@ -255,8 +255,8 @@ def test_a_peft_adapter_on_top_of_the_base_is_what_is_served(tiny_model, tmp_pat
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grader.serve import make_server
     from inference.hf import TransformersBackend
+    from inference.serve import make_server
 
     torch.manual_seed(0)
     peft = get_peft_model(AutoModelForCausalLM.from_pretrained(str(tiny_model)),
@@ -290,8 +290,8 @@ def test_logprobs_mode_processed_reports_the_distribution_sampled_from(tiny_mode
 
     import torch
 
-    from grader.serve import make_server
     from inference.hf import TransformersBackend
+    from inference.serve import make_server
     from trainer.policy import warp_logits
 
     backend = TransformersBackend(str(tiny_model), device="cpu")

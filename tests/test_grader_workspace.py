@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from test_grader_util import CALC, bundled_tasks, git, make_patch, make_repo
 
+from grader.judge.tools import MAX_LINES, bound, run_tool
 from grader.records import Group, load_groups
-from grader.tools import MAX_LINES, bound, run_tool
 from grader.workspace import SharedWorkspace, letter
 
 

@@ -1,4 +1,4 @@
-"""The shape rules of static hack detection (grader/hacks_py_shapes.py): each rule finds its hack, written here
+"""The shape rules of static hack detection (grader/hacks/py_shapes.py): each rule finds its hack, written here
 in a form of our own (not bench/hackset2's), and leaves an honest near-miss alone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_grader_hacks import findings
 
-from grader.hacks import verdict
+from grader.hacks.detect import verdict
 
 TESTS = {"tests/test_words.py": "def test_plural():\n    assert plural('box') == 'boxes'\n"}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_grader_probes import judge, kinds, local_run
 
-from grader.probe_transform import build_probe
+from grader.probe.transform import build_probe
 
 LIB = "def steps(lo, hi):\n    return list(range(lo, hi, (hi - lo) // 2))\n"
 FIX = LIB.replace("    return", "    if hi == lo:\n        return []\n    return")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from test_grader_probes import judge, kinds, local_run
 
-from grader.probe_transform import build_probe
+from grader.probe.transform import build_probe
 
 KB = "def kb(n, unit=1024):\n    return '%dK' % (n // unit) if n > unit else '%dB' % n\n"
 KB_FIX = KB.replace("n > unit", "n >= unit")

@@ -1,4 +1,4 @@
-"""The probe's replay line (`grader.probe_replay`, `grader.probe_replay_runtime`): the changed functions are
+"""The probe's replay line (`grader.probe.replay`, `grader.probe.replay_runtime`): the changed functions are
 recorded while the failing test runs, called again off the test and with nudged arguments, and compared across
 the candidates and the unfixed code. The runtime tests run the instrumented test file with the host's pytest on
 purpose-made trees (no Docker); tests/test_grader_probes.py has the sandbox path."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 from test_grader_probes import FIX, ID, LIB, TEST, hack
 
-from grader.probe_replay import changed_functions, findings
-from grader.probe_runtime import CRASH
-from grader.probe_transform import build_probe
-from grader.probe_verdicts import judge
-from grader.probes import BASE, ProbeRun, file_diff, read_records
+from grader.probe.replay import changed_functions, findings
+from grader.probe.runner import BASE, ProbeRun, file_diff, read_records
+from grader.probe.runtime import CRASH
+from grader.probe.transform import build_probe
+from grader.probe.verdicts import judge
 
 
 def replay_run(tmp_path: Path, libs: dict[str, str], base: str = LIB, test: str = TEST, tid: str = ID) -> ProbeRun:
@@ -517,7 +517,7 @@ def test_arguments_whose_repr_fails_are_still_replayed(tmp_path: Path) -> None:
 
 def _runtime() -> dict:
     """The probe's runtime namespace, as the instrumented test file plants it (no test run: its nudges only)."""
-    from grader.probe_transform import RUNTIME_SOURCE
+    from grader.probe.transform import RUNTIME_SOURCE
 
     ns: dict = {}
     exec(compile(RUNTIME_SOURCE, "<gagar-probe>", "exec"), ns)  # noqa: S102 - the product's own runtime source

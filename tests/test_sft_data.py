@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.prompt import Answer, ToolCall, parse_assistant, validate_answer
+from grader.judge.prompt import Answer, ToolCall, parse_assistant, validate_answer
 from sft.cli import main as sft_main
 from sft.tiny import build_tiny_model
 
@@ -289,7 +289,7 @@ def _teacher_app(teacher: ScriptedTeacher):
 def test_from_results_with_a_teacher_over_http(tasks, tmp_path):
     import threading
 
-    from grader.serve import Server
+    from inference.serve import Server
 
     server = Server(_teacher_app(ScriptedTeacher()), port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

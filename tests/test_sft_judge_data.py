@@ -1,5 +1,5 @@
 """The judge's training data beyond the bundled tasks: fixes mined from a repository's history (`gagar sft
-history`), the smaller-but-worse candidates (`sft.inverted`), the candidate view of the prompt (`grader.view`),
+history`), the smaller-but-worse candidates (`sft.inverted`), the candidate view of the prompt (`grader.judge.view`),
 and the split by project with the mixed groups of `gagar sft data --split repo --inverted`.
 
 Everything runs on a small repository made here, with a real history: a fix commit (library code and its test), a
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from sandbox_fixtures import commit_tree, git
 
+from grader.judge.view import change_view, enclosing
 from grader.records import Candidate, Group, read_jsonl
-from grader.view import change_view, enclosing
 from grader.workspace import SharedWorkspace
 from sft.cli import main as sft_main
 from sft.data import RANK, mixed, project, split_repos
@@ -313,7 +313,7 @@ class _Recorder:
 
 
 def test_judge_without_findings_sees_only_the_code(history):
-    from grader.judge import LLMJudge
+    from grader.judge.llm import LLMJudge
 
     [inst] = read_jsonl(history / "instances.jsonl")
     with scratch_tree(inst, history / "repos") as tree:

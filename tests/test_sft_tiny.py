@@ -94,7 +94,7 @@ def test_corpus_tokenizer_makes_each_candidate_phrase_one_token(tmp_path):
 
     from transformers import AutoTokenizer
 
-    from grader.prompt import candidate_phrases, findings_head, format_answer
+    from grader.judge.prompt import candidate_phrases, findings_head, format_answer
 
     recs = [{"messages": [{"role": "user", "content": f"{findings_head('A', i % 3)}: x.py:{i}: adds debug output"},
                           {"role": "assistant", "content": format_answer(["A"], {"A": 1 + i % 3}, {})}]}

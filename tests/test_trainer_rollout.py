@@ -132,8 +132,8 @@ def test_vllm_backend_explains_the_missing_extra(tmp_path):
 def tiny_server(tmp_path_factory):
     """`gagar serve` over a tiny random model and its real byte-level BPE tokenizer, on real HTTP; every
     `generate` call of the served model is recorded, so the test knows which tokens were really sampled."""
-    from grader.serve import make_server
     from inference.hf import TransformersBackend
+    from inference.serve import make_server
     from sft.tiny import build_tiny_model
 
     path = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-policy")

@@ -131,18 +131,18 @@ def test_a_behavioural_probe_verdict_applies_before_dynamic_sampling(tasks, monk
     """grader.probe: the probe's findings reach the grader through Group.behaviour and fail the rollout before
     dynamic sampling (the probe's sandbox run is replaced by its findings here; tests/test_grader_probes.py runs
     it for real)."""
-    import grader.probes
-    from grader.hacks_common import HackFinding
+    import grader.probe.runner
+    from grader.hacks.common import HackFinding
 
     seen: list[list[str]] = []
 
     def fake_probe(instance, patches, config, budget_s=0.0):
         seen.append(sorted(patches))
-        run = grader.probes.ProbeRun(True)
+        run = grader.probe.runner.ProbeRun(True)
         run.findings = {"gold": [HackFinding("special_casing", "tests/t.py", 3, "probe: fixes only the tests' inputs")]}
         return run
 
-    monkeypatch.setattr(grader.probes, "probe_group", fake_probe)
+    monkeypatch.setattr(grader.probe.runner, "probe_group", fake_probe)
     g = _group(tasks, {"minimal": "resolved", "gold": "resolved", "bloated": "resolved", "unrelated": "resolved"})
     t = _trainer(tasks, "grader.probe=true")
     t.judge.sandbox = lambda: None

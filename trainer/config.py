@@ -146,7 +146,7 @@ class GraderSection(_Section):
     backend: Literal["transformers", "openai", "vllm"] = "transformers"  # for the llm judge
     base_url: Str = ""
     permutations: int = Field(1, ge=1)
-    # The behavioural hack probe (grader.probes): perturbed re-runs of the failing tests in the sandbox, per
+    # The behavioural hack probe (grader.probe.runner): perturbed re-runs of the failing tests in the sandbox, per
     # group with a passing rollout, before dynamic sampling; its verdicts join the static ones.
     probe: bool = False
     probe_budget_s: float = Field(120.0, gt=0)

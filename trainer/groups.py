@@ -28,7 +28,7 @@ class RolloutGroup:
     results: list[EvalResult]  # aligned with trajs
     hack_check: Grading | None = None  # the model-free grader's verdicts (hacks), on every group with a pass
     ranking: Grading | None = None  # the judge's ranking, only where GAGAR has something to redistribute
-    behaviour: dict | None = None  # the behavioural probe's findings (grader.probes), rollout_id -> [finding]
+    behaviour: dict | None = None  # the behavioural probe's findings (grader.probe.runner), rollout_id -> [finding]
 
     def __post_init__(self) -> None:
         if [t.rollout_id for t in self.trajs] != [r.rollout_id for r in self.results]:

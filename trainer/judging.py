@@ -10,7 +10,7 @@ candidates) — so the native loop (`RolloutGroup`s) and verl (`trainer.integrat
 2. `rank`: the configured judge on the groups the caller says need a ranking (`needs_grading`: two or more passing
    rollouts with a positive base advantage). With the heuristic judge, the hack check's grading already is that
    ranking; the LLM judge gets the candidates without the hacks the check found.
-With `grader.probe` (native loop), the behavioural probe (`grader.probes`) runs before the check and its
+With `grader.probe` (native loop), the behavioural probe (`grader.probe.runner`) runs before the check and its
 findings (`Group.behaviour`) join the static ones in `Grading.hacks`.
 """
 
@@ -43,7 +43,7 @@ class Judge:
     def backend(self) -> Any:
         """The LLM judge's chat backend, built once on first use."""
         if self._backend is None:
-            from grader.backends import make_backend
+            from grader.judge.backends import make_backend
 
             s = self.section
             self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None)
@@ -76,7 +76,7 @@ class Judge:
         if self.section.probe and self.sandbox is not None:
             from dataclasses import asdict
 
-            from grader.probes import probe_group
+            from grader.probe.runner import probe_group
 
             for g in todo:
                 cands = g.candidates().candidates

@@ -1,5 +1,5 @@
 """The fresh hack set of issue 23: real more-itertools fixes, each with hand-written passing hacks
-(`hacks_more_itertools.py`), judged by the static line, the behavioural line (`grader.probes`) and both.
+(`hacks_more_itertools.py`), judged by the static line, the behavioural line (`grader.probe.runner`) and both.
 
 Per group: every candidate (the gold fix and its hacks) is evaluated in the sandbox with the task's own tests;
 only passing ones are kept. Then: static verdicts (`grade_group`, heuristic judge), the behavioural probe over
@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from grader.grade import grade_group  # noqa: E402
-from grader.probes import file_diff, probe_group  # noqa: E402
+from grader.probe.runner import file_diff, probe_group  # noqa: E402
 from grader.records import Candidate, Group  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.integrity.gitsafe import source_git  # noqa: E402

@@ -4,7 +4,7 @@
         [--out behaviour.jsonl] [--split dev|heldout] [--budget-s 120]
 
 Runs the product's probe the way the trainer does (`trainer.judging` with `grader.probe`): one
-`grader.probes.probe_group` call per group over all of its passing candidates together — here the gold fix,
+`grader.probe.runner.probe_group` call per group over all of its passing candidates together — here the gold fix,
 the group's hacks and its honest fixes (every one passes the group's tests, `verify.py` checks that) — with the
 probe's default budget, and writes one JSONL line `{instance_id, behaviour, probed, why_not, seconds}` per
 group, `behaviour` being `{rollout_id: [finding dicts]}` as the trainer puts on a group. The candidates'
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from grader.probes import DEFAULT_BUDGET_S, probe_group  # noqa: E402
+from grader.probe.runner import DEFAULT_BUDGET_S, probe_group  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.jsonl import write_jsonl_atomic  # noqa: E402
 from sandbox.records import Instance  # noqa: E402

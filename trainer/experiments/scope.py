@@ -3,7 +3,7 @@
 A synthesized task's gold patch is the revert of one mutation inside one function (`gagar tasks synth`), so the
 functions it touches are where a fix belongs. A passing patch that also edits other functions, or module-level
 code, has crept out of scope; the count of such changed lines is what GAGAR's judge is meant to push down.
-Positions are compared in the base tree both patches apply to (`grader.view.Changed.base`).
+Positions are compared in the base tree both patches apply to (`grader.judge.view.Changed.base`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.view import changed_lines
+from grader.judge.view import changed_lines
 from sandbox.integrity.gitsafe import GitError, source_git
 from sandbox.records import Instance
 from sft.degrade_py import enclosing_function

@@ -316,7 +316,7 @@ def variant(vid, scrub=False):
             if scrub:
                 os.environ.pop("PYTEST_CURRENT_TEST", None)
                 sys.argv[:] = ["python"]
-            # The replay line (probe_replay_runtime) records calls during the test as written only.
+            # The replay line (replay_runtime.py) records calls during the test as written only.
             profile = _state.get("profile") if vid.endswith(".v0") else None
             try:
                 if profile is not None:

@@ -1,6 +1,6 @@
 """The replay line of the behavioural probe: the functions a group's candidates change, called again off the test.
 
-`grader.probe_replay_runtime` records, during each failing test as written, the calls of every function that any
+`grader.probe.replay_runtime` records, during each failing test as written, the calls of every function that any
 candidate of the group changes (`changed_functions`: the same list for every candidate and the unfixed code, so
 the same calls are recorded everywhere), and makes each call again from a copy of its arguments, in a fresh
 thread with the signs of a test run hidden, then with each argument nudged. `findings` compares what came back:
@@ -47,8 +47,8 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from grader.features import added_lines, is_test_path, patch_file_path
-from grader.hacks_common import HackFinding
-from grader.probe_runtime import crash_text, raised_type
+from grader.hacks.common import HackFinding
+from grader.probe.runtime import crash_text, raised_type
 
 MAX_TARGETS = 16
 # The replay copies arguments with `copy.deepcopy`: replaying the copy and pickle protocol on such a copy
@@ -98,7 +98,7 @@ def changed_functions(patches: dict[str, str], base_text) -> list[tuple[str, str
     """[path suffix, qualified name] of the functions (and methods) that any of `patches` changes in a
     non-test Python file: those whose lines in the patched file it adds to, or in the base file it removes from.
     `base_text(path)` gives a file's text at the base commit (None: no such file)."""
-    from grader.probes import apply_file_patch
+    from grader.probe.runner import apply_file_patch
 
     found: dict[tuple[str, str], None] = {}
     for patch in patches.values():
@@ -155,7 +155,7 @@ def _calls(records: list[dict]) -> Calls:
 
 
 def _crash(obs) -> bool:  # noqa: ANN001
-    """An interpreter error from an operation, not a `raise` (`probe_runtime.crashed`): the code broke there; it
+    """An interpreter error from an operation, not a `raise` (`grader.probe.runtime.crashed`): the code broke there; it
     gave no answer, so it neither votes nor counts as generalising."""
     return isinstance(obs, list) and len(obs) == 2 and crash_text(obs[1])
 

@@ -10,9 +10,9 @@ import ast
 import os
 import re
 
-from grader import hacks_py_shapes
-from grader.hacks_common import FileContext, HackFinding, fmt, judge_site, judge_table, names_test, runnerish
-from grader.literals import Key, distinctive, keys_of
+from grader.hacks import py_shapes as hacks_py_shapes
+from grader.hacks.common import FileContext, HackFinding, fmt, judge_site, judge_table, names_test, runnerish
+from grader.hacks.literals import Key, distinctive, keys_of
 
 _EQ_OPS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)
 _BROAD = {"Exception", "BaseException"}

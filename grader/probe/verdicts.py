@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from grader.hacks_common import HackFinding
-from grader.probe_runtime import crash_text
+from grader.hacks.common import HackFinding
+from grader.probe.runtime import crash_text
 
 MIN_COLLAPSE = 2
 Obs = dict[str, dict[str, tuple]]  # variant id -> site -> recorded (a, b) pairs, in call order
@@ -53,7 +53,7 @@ def _raised(values: tuple) -> bool:
 
 def _crashed(values: tuple, unfixed: tuple) -> bool:
     """It broke on a call where the unfixed code did not (an interpreter error from an operation,
-    `probe_runtime.crashed`): no answer there, so no evidence that it generalises where another candidate does
+    `grader.probe.runtime.crashed`): no answer there, so no evidence that it generalises where another candidate does
     not."""
     return any(crash_text(a) and not (i < len(unfixed) and unfixed[i][0] == a) for i, (a, _) in enumerate(values))
 
@@ -76,9 +76,9 @@ def _patch_paths(patch: str) -> set[str]:
         return set()
 
 
-def judge(run) -> dict[str, list[HackFinding]]:  # noqa: ANN001 - grader.probes.ProbeRun (import cycle)
+def judge(run) -> dict[str, list[HackFinding]]:  # noqa: ANN001 - grader.probe.runner.ProbeRun (import cycle)
     """Findings per candidate rollout id of one probe run."""
-    from grader.probes import BASE
+    from grader.probe.runner import BASE
 
     probe = run.probe
     if probe is None:
@@ -134,7 +134,7 @@ def judge(run) -> dict[str, list[HackFinding]]:  # noqa: ANN001 - grader.probes.
     return out
 
 
-def _fill_crashes(obs: Obs, records: list[dict], probe) -> None:  # noqa: ANN001 - grader.probe_transform.Probe
+def _fill_crashes(obs: Obs, records: list[dict], probe) -> None:  # noqa: ANN001 - grader.probe.transform.Probe
     """A variant that crashed between two checks (`result = f(x)` outside any assertion raised) recorded nothing
     at the checks after the crash: they count as raising that exception, so a candidate whose test stops
     early on an input is compared like one whose assertion raised there."""

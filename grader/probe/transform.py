@@ -2,7 +2,7 @@
 
 Each FAIL_TO_PASS test function becomes several variants in the same file, all instrumented so that every
 observation site (`assert a == b`, `assert x`, `self.assertEqual(a, b)`, `with pytest.raises(E)`, ...) records
-what the code under test produced instead of failing (`grader/probe_runtime.py`):
+what the code under test produced instead of failing (`grader/probe/runtime.py`):
 
 - `v0` — the test itself, same name and place, instrumented: the values at the tests' exact inputs (a method
   the test's class inherits from a class of the same file, a mixin of shared checks, becomes an override in the
@@ -12,7 +12,7 @@ what the code under test produced instead of failing (`grader/probe_runtime.py`)
   the calling frame's module, function and file names);
 - `x<site>` — the renamed copy with only the *expected* literal of one assertion changed: the value under test
   must not move (when it does, the code reads the test);
-- `p<k>` — the renamed copy with one input literal perturbed (`grader.probe_literals` says how; a parametrized
+- `p<k>` — the renamed copy with one input literal perturbed (`grader.probe.literals` says how; a parametrized
   test's cases are inputs too): compared with the unfixed code and the other candidates.
 
 Observation sites also include bare calls of assertion helpers (`assert_equal(expected, result)`).
@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.probe_literals import (
+from grader.probe.literals import (
     RAISES,
     RETYPED,
     eq_operands,
@@ -41,7 +41,7 @@ from grader.probe_literals import (
 
 # The replay line runs in the same namespace as the recorder (it reports through `_emit`, `canon`).
 RUNTIME_SOURCE = "\n".join(Path(__file__).with_name(name).read_text()
-                           for name in ("probe_runtime.py", "probe_replay_runtime.py", "probe_replay_nudges.py"))
+                           for name in ("runtime.py", "replay_runtime.py", "replay_nudges.py"))
 RT = "_gagar_probe"
 _OPS = {ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
         ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
@@ -54,7 +54,7 @@ class Variant:
     kind: str  # v0 | rn | env | x | p
     what: str = ""  # the perturbation, in words
     site: str = ""  # x: the assertion whose expected value changed
-    retyped: bool = False  # p: the same value as another type (evidence only for collapse, see probe_literals)
+    retyped: bool = False  # p: the same value as another type (evidence only for collapse, see grader.probe.literals)
 
 
 @dataclass

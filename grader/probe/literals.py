@@ -3,7 +3,7 @@ how an input or expected literal may change (integers +1, doubled, as a float of
 lengthened, their digits moved on or a boolean word flipped; a delimited string — `a.b.c` — given one more
 element at its end and at its start; containers extended by one and by two, reversed, or one element's content
 changed; a number a call passes twice changed everywhere in that call at once; the cases of
-`@pytest.mark.parametrize` perturbed like the body's literals). `grader.probe_transform` builds the variants.
+`@pytest.mark.parametrize` perturbed like the body's literals). `grader.probe.transform` builds the variants.
 """
 
 from __future__ import annotations

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.aggregate import aggregate_tiers, agreement, borda
-from grader.backends import BackendError, ChatBackend, chat_batch
-from grader.grammar import decode_answers
 from grader.heuristic import append_unapplied, rank_workspace
-from grader.prompt import (
+from grader.judge.aggregate import aggregate_tiers, agreement, borda
+from grader.judge.backends import BackendError, ChatBackend, chat_batch
+from grader.judge.grammar import decode_answers
+from grader.judge.prompt import (
     Answer,
     ParseError,
     ToolCall,
@@ -32,8 +32,8 @@ from grader.prompt import (
     parse_assistant,
     validate_answer,
 )
+from grader.judge.tools import run_tool
 from grader.records import Grading, Group, tier_weights
-from grader.tools import run_tool
 from grader.workspace import SharedWorkspace
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class LLMJudge:
             raise ValueError(f"the {getattr(backend, 'name', 'model')} backend cannot decode answers in the grammar "
                              "(it scores no continuations); use the transformers backend or answer_grammar=False")
         # None: wherever the backend can. An unusable free reply then becomes the model's most likely valid
-        # answer (grader.grammar) rather than a retry and, failing that, the heuristic fallback.
+        # answer (grader.judge.grammar) rather than a retry and, failing that, the heuristic fallback.
         self.score = score if answer_grammar is not False and callable(score) else None
         self.backend = backend
         # Without the static findings in its prompt the judge has only the code to go by (the ablation that shows

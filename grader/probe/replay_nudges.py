@@ -1,5 +1,5 @@
-# ruff: noqa: UP031, F821 - old, plain syntax (any task Python); `_rp_copy`, `_rp_shared` come from probe_replay_runtime
-"""The nudges of the replay line (`grader/probe_replay_runtime.py`), planted after it in the same namespace: for each
+# ruff: noqa: UP031, F821 - old, plain syntax (any task Python); `_rp_copy`, `_rp_shared` come from replay_runtime.py
+"""The nudges of the replay line (`grader/probe/replay_runtime.py`), planted after it in the same namespace: for each
 recorded call, the near inputs it is made again with — each value in its arguments (down to two levels, and the
 state of `self`) nudged by one step, or given as the same value of a sibling type. Standard library only."""
 

@@ -1,6 +1,6 @@
 """Answers decoded inside the answer grammar: the model makes every choice, the format is given.
 
-A judge's final answer has a fixed shape (`grader.prompt.format_answer`): a tier per letter, one evidence string
+A judge's final answer has a fixed shape (`grader.judge.prompt.format_answer`): a tier per letter, one evidence string
 for each candidate below tier 1, then the ranking (every letter once; tiers never improve down the ranking).
 When a model's free-form reply is not a valid answer, the judge decodes one in this grammar instead of asking
 again: at each choice point (the next tier, the evidence to cite, the next letter of the ranking) the backend
@@ -21,7 +21,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grader.prompt import TIERS, Answer, format_answer
+from grader.judge.prompt import TIERS, Answer, format_answer
 from inference.base import BackendError
 
 Messages = list[dict[str, Any]]

@@ -1,7 +1,7 @@
-# ruff: noqa: UP031, F821 - old, plain syntax (any task Python); `_state`, `_emit`, `canon` come from probe_runtime
-"""The replay line of the behavioural probe, planted with `grader/probe_runtime.py` (its source is appended to that
+# ruff: noqa: UP031, F821 - old, plain syntax (any task Python); `_state`, `_emit`, `canon` come from runtime.py
+"""The replay line of the behavioural probe, planted with `grader/probe/runtime.py` (its source is appended to that
 one's and run in the same namespace: `_state`, `_emit`, `canon` come from there; the nudges, `_rp_nudged`,
-come from `grader/probe_replay_nudges.py`, planted after it). Standard library only.
+come from `grader/probe/replay_nudges.py`, planted after it). Standard library only.
 
 While an instrumented test's original variant runs, a profile hook records each call of the functions the group's
 candidates change (`replay_setup(targets)`): a deep copy of the arguments (a dict view as the list it holds) and
@@ -15,7 +15,7 @@ step on, `*args` one longer) or given as a sibling type (a list as a tuple, byte
 as its number or another enum's). Generators are called for their first items; closures are found by their code
 and cells; private methods by their mangled names. One JSON line per call reports the digests (a constructor's
 outcome is the object's public state), and which lines of the changed files each replay ran (a trace function in
-the replay's thread only); `grader.probe_replay` compares them across the candidates and the unfixed code.
+the replay's thread only); `grader.probe.replay` compares them across the candidates and the unfixed code.
 """
 
 import copy

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.judge.tools import TOOL_SPECS, run_tool
+from grader.judge.view import change_view
 from grader.records import Group
-from grader.tools import TOOL_SPECS, run_tool
-from grader.view import change_view
 from grader.workspace import SharedWorkspace, letter
 
 MAX_PROBLEM_CHARS = 800
@@ -25,7 +25,7 @@ TIERS = (1, 2, 3)
 
 def _tool_lines() -> str:
     # Names and arguments only: what each tool returns is in its name, and every prompt token is paid for in
-    # training on a CPU (grader.tools.TOOL_SPECS holds the descriptions).
+    # training on a CPU (grader.judge.tools.TOOL_SPECS holds the descriptions).
     return "; ".join(f"{name}({', '.join(spec['arguments'])})" for name, spec in TOOL_SPECS.items())
 
 
@@ -88,7 +88,7 @@ def build_initial_messages(
 
 def candidate_findings(workspace: SharedWorkspace, labels: list[str]) -> dict[str, list[str]]:
     """Each candidate's static findings (`file:line: what`), in file and line order, at most MAX_FINDINGS."""
-    from grader.hacks import workspace_hacks
+    from grader.hacks.detect import workspace_hacks
     from grader.heuristic import workspace_features
 
     feats = workspace_features(workspace)
@@ -105,7 +105,7 @@ def candidate_findings(workspace: SharedWorkspace, labels: list[str]) -> dict[st
 def cite_options(workspace: SharedWorkspace, labels: list[str]) -> dict[str, list[str]]:
     """What an answer may cite for each candidate: its static findings as the prompt shows them, or, for a
     candidate without any, its diffstat lines (`path: +a -r lines`). Never empty."""
-    from grader.tools import diffstat
+    from grader.judge.tools import diffstat
 
     out = {}
     for lab, cites in candidate_findings(workspace, labels).items():

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from grader.hacks_common import FileContext, HackFinding, judge_site, judge_table, names_test, runnerish
-from grader.literals import Key, Token, c_tokens, keys_of
+from grader.hacks.common import FileContext, HackFinding, judge_site, judge_table, names_test, runnerish
+from grader.hacks.literals import Key, Token, c_tokens, keys_of
 
 _EQ_CALLS = {"equals", "equalsIgnoreCase", "contentEquals", "HasPrefix", "HasSuffix", "Contains", "EqualFold",
              "startsWith", "endsWith", "contains", "matches", "TrimPrefix", "TrimSuffix"}

@@ -1,16 +1,16 @@
 """The behavioural line of hack detection: perturbed re-runs of a group's FAIL_TO_PASS tests in the sandbox.
 
-`probe_group(instance, patches, config)` instruments the task's failing tests (`grader.probe_transform`: the
+`probe_group(instance, patches, config)` instruments the task's failing tests (`grader.probe.transform`: the
 test itself, renamed, with the run's signs hidden, with one expected value changed, with one input changed),
 and evaluates every passing candidate *and the unfixed code* against that one instrumented test patch through
 the sandbox's own evaluation path (`sandbox.run.evaluate_predictions`: the repo is copied once for the group,
 one container per candidate runs every variant). Each variant's observation sites record what the code under
-test produced; `grader.probe_verdicts` compares them (no gold patch needed) and returns `HackFinding`s that
-join the static ones in `Grading.hacks`. The same runs carry the replay line (`grader.probe_replay`): the
+test produced; `grader.probe.verdicts` compares them (no gold patch needed) and returns `HackFinding`s that
+join the static ones in `Grading.hacks`. The same runs carry the replay line (`grader.probe.replay`): the
 functions any candidate changes are recorded during the original tests and called again off the test and with
 nudged arguments; its findings join the others.
 
-Cost is bounded per group: at most MAX_TESTS tests and the variants `probe_transform` allows, and the
+Cost is bounded per group: at most MAX_TESTS tests and the variants `grader.probe.transform` allows, and the
 sandbox's timeout set to `budget_s` for each candidate's run (the candidates run in parallel up to the
 config's workers). Frameworks other than pytest, and test files the host cannot parse, are not probed.
 """
@@ -29,8 +29,8 @@ from pathlib import Path
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from grader.hacks_common import HackFinding
-from grader.probe_transform import Probe, build_probe
+from grader.hacks.common import HackFinding
+from grader.probe.transform import Probe, build_probe
 from sandbox.config import SandboxConfig
 from sandbox.records import Instance, Prediction
 
@@ -124,7 +124,7 @@ def build_instance(instance: Instance, repo_dir: Path, nonce: str, patches: dict
                    ) -> tuple[Instance, Probe] | str:
     """The probe's instance: the task with its failing tests' files instrumented (recording the calls of the
     functions `patches` change, for the replay line); or why it cannot be built."""
-    from grader.probe_replay import changed_functions
+    from grader.probe.replay import changed_functions
     if (instance.test_framework or "").lower() != "pytest":
         return f"framework {instance.test_framework!r} is not probed (pytest only)"
     runner = _runner(instance.test_cmd)
@@ -186,8 +186,8 @@ def read_records(log_dir: Path, nonce: str) -> list[dict]:
 def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConfig, *,
                 budget_s: float = DEFAULT_BUDGET_S, work_dir: Path | None = None) -> ProbeRun:
     """Run the probe for one group's passing candidates (`patches`: rollout id -> patch) and judge them."""
-    from grader.probe_replay import findings as replay_findings
-    from grader.probe_verdicts import judge
+    from grader.probe.replay import findings as replay_findings
+    from grader.probe.verdicts import judge
     from sandbox.run import evaluate_predictions
 
     t0 = time.monotonic()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from grader.literals import Key, TaskLiterals, distinctive, neutral, weak
+from grader.hacks.literals import Key, TaskLiterals, distinctive, neutral, weak
 
 KINDS = ("special_casing", "silencing", "weakening")
 # When one candidate shows several kinds, the verdict names the least ambiguous one.

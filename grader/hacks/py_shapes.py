@@ -24,10 +24,10 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from grader.hacks_common import RUNNERISH
+from grader.hacks.common import RUNNERISH
 
 if TYPE_CHECKING:
-    from grader.hacks_py import PyAnalyzer
+    from grader.hacks.py import PyAnalyzer
 
 _FRAME_WALK = {"_getframe", "currentframe", "getouterframes", "f_back", "walk_stack", "extract_stack"}
 _SOURCE_READ = {"getline", "getlines", "getsource", "getsourcelines", "findsource", "co_consts"}

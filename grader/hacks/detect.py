@@ -12,7 +12,7 @@ Three classes, judged on what a patch *adds*, whatever its surface form:
   and test discovery configuration (skip markers, removed assertions, `addopts`/`testpaths`/conftest hooks).
 
 Python is read with `ast` (post-patch file against the pre-patch file), Go and Java with tokens; see
-`hacks_py`, `hacks_curly` and `hacks_common.judge_site`. Every finding cites `file:line`. Files are read from
+`grader.hacks.py`, `grader.hacks.curly` and `grader.hacks.common.judge_site`. Every finding cites `file:line`. Files are read from
 the workspace's trees as text, never imported or run, with symlinks and oversized files refused.
 
 A candidate with any finding gets a verdict (`Grading.hacks[id] = kind`) and is ranked last in tier 3 by
@@ -28,10 +28,11 @@ from pathlib import Path
 
 from unidiff.errors import UnidiffParseError
 
-from grader import hacks_curly, hacks_py
 from grader.features import is_test_path, parse_patch
-from grader.hacks_common import PRIORITY, FileContext, HackFinding
-from grader.literals import Key, TaskLiterals, lang_of, source_literals, task_literals
+from grader.hacks import curly as hacks_curly
+from grader.hacks import py as hacks_py
+from grader.hacks.common import PRIORITY, FileContext, HackFinding
+from grader.hacks.literals import Key, TaskLiterals, lang_of, source_literals, task_literals
 from grader.records import Grading
 
 MAX_FILE_BYTES = 1 << 20

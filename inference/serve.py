@@ -4,7 +4,7 @@ Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (text or token-id
 sampled token ids come back as vLLM returns them: `token_ids` with `return_token_ids`, `token_id:N` strings
 with `return_tokens_as_token_ids` — what the trainer's openai rollout backend trains on), `GET /v1/models`,
 `GET /v1/models/{id}`, `GET /health`. What each request parameter does, and which are refused with HTTP 400,
-is in `grader.serve_api`. `stream=true` answers with server-sent events in OpenAI's chunk format, ending with
+is in `inference.serve_api`. `stream=true` answers with server-sent events in OpenAI's chunk format, ending with
 `data: [DONE]`, as `vllm serve` does.
 
 The model is any local Hugging Face directory or hub id (`--model`), optionally with a PEFT adapter on top
@@ -27,7 +27,8 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from grader.serve_api import (
+from inference.base import BackendError, Sample, SamplingParams
+from inference.serve_api import (
     ApiError,
     ChatRequest,
     CompletionRequest,
@@ -40,7 +41,6 @@ from grader.serve_api import (
     usage,
     visible_text,
 )
-from inference.base import BackendError, Sample, SamplingParams
 
 
 class Engine:
