@@ -26,3 +26,22 @@ def test_a_zero_learning_rate_skips_the_update(monkeypatch) -> None:
         stats = trainer.loop.Trainer.update(SimpleNamespace(cfg=cfg, policy=policy), [], torch.zeros(0, 0), 1)
         assert stats.get("update_skipped") == (1 if skipped else None)
     assert calls == [pytest.approx(1e-4)]
+
+
+def test_contrasts_say_what_differs_beyond_the_seed_spread() -> None:
+    """A difference larger than twice its standard error over seeds is beyond the spread; a smaller one, or one
+    measured on a single seed each with zero spread but no difference, is not."""
+    from trainer.experiments.loop import _stats, contrast, contrasts
+
+    far = contrast(_stats([0.5, 0.52, 0.48]), _stats([0.1, 0.12, 0.08]))
+    assert far["beyond_spread"] and far["diff"] == pytest.approx(0.4)
+    near = contrast(_stats([0.5, 0.7, 0.3]), _stats([0.4, 0.6, 0.2]))
+    assert not near["beyond_spread"] and near["se"] > 0
+    assert contrast(_stats([None, None]), _stats([0.1])) is None
+    assert not contrast(_stats([0.2]), _stats([0.2]))["beyond_spread"]
+    results = {arm: {"final": {"pass_rate": _stats(v)}, "heldout": None}
+               for arm, v in {"grpo": [0.3, 0.32, 0.31], "grpo+gagar": [0.3, 0.35, 0.25], "control": [0.1] * 3}.items()}
+    table = contrasts(results, 4)
+    assert set(table) == {"grpo+gagar - grpo", "control - grpo", "grpo - control", "grpo+gagar - control"}
+    assert table["grpo - control"]["train.pass_rate"]["beyond_spread"]
+    assert not table["grpo+gagar - grpo"]["train.pass_rate"]["beyond_spread"]

@@ -234,6 +234,41 @@ def aggregate(per_seed: dict[str, list[dict[str, Any]]], steps: int, tail: int, 
     return out
 
 
+CONTRASTS = ("pass_rate", "passing_diff_lines", "passing_files", "scope_creep", "out_of_scope_lines",
+             "policy_tokens_mean")
+HELD_CONTRASTS = ("pass1_greedy", "pass1_sampled", "passing_diff_lines", "scope_creep")
+
+
+def contrast(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """Arm a minus arm b on one figure (`_stats` of each over seeds): the difference, its standard error over
+    the seeds (Welch), and whether it is beyond the seed spread (|difference| > 2 standard errors)."""
+    if not a or not b or a.get("mean") is None or b.get("mean") is None or not a["n"] or not b["n"]:
+        return None
+    diff = a["mean"] - b["mean"]
+    se = math.sqrt((a["std"] or 0.0) ** 2 / a["n"] + (b["std"] or 0.0) ** 2 / b["n"])
+    return {"diff": diff, "se": se, "beyond_spread": bool(abs(diff) > 2 * se) if se > 0 else diff != 0.0,
+            "seeds": [a["n"], b["n"]]}
+
+
+def contrasts(results: dict[str, Any], k: int) -> dict[str, Any]:
+    """Every arm against `grpo` and against `control`, on the last steps' training figures and the held-out
+    ones: what differs beyond the seed spread and what does not."""
+    out: dict[str, Any] = {}
+    held = (*HELD_CONTRASTS, f"pass{k}")
+    for base in ("grpo", "control"):
+        if base not in results:
+            continue
+        for arm, data in results.items():
+            if arm == base:
+                continue
+            row = {f"train.{m}": contrast(data["final"].get(m), results[base]["final"].get(m)) for m in CONTRASTS}
+            if data.get("heldout") and results[base].get("heldout"):
+                row.update({f"heldout.{m}": contrast(data["heldout"].get(m), results[base]["heldout"].get(m))
+                            for m in held})
+            out[f"{arm} - {base}"] = {m: c for m, c in row.items() if c is not None}
+    return out
+
+
 def run_experiment(exp: LoopExperiment, log: Callable[[str], None] = print) -> dict[str, Any]:
     t0 = time.monotonic()
     per_seed: dict[str, list[dict[str, Any]]] = {a: [] for a in exp.arms}
@@ -254,7 +289,8 @@ def run_experiment(exp: LoopExperiment, log: Callable[[str], None] = print) -> d
         "seeds": exp.seeds, "steps": exp.steps, "tail_steps": tail, "seconds": round(time.monotonic() - t0, 1),
         "heldout": {"split": exp.heldout_split, "tasks": exp.heldout_tasks, "k": exp.heldout_k}
         if exp.heldout_split else None,
-        "metrics": list(METRICS), "results": aggregate(per_seed, exp.steps, tail, exp.heldout_k),
+        "metrics": list(METRICS), "results": (results := aggregate(per_seed, exp.steps, tail, exp.heldout_k)),
+        "contrasts": contrasts(results, exp.heldout_k),
         # the training tasks every run trained on (tasks.frontier_k; the same estimate for every arm and seed)
         "frontier": next((s["frontier"] for runs in per_seed.values() for s in runs if s.get("frontier")), None),
         "per_seed": per_seed,
