@@ -34,7 +34,7 @@ def test_frontier_is_estimated_once_and_recorded_in_each_run(tmp_path: Path, mon
     ids = sorted(instances)
     calls = []
 
-    def fake_estimate(c, backend, tok, inst, pool, judge, run_dir, log):
+    def fake_estimate(c, backend, tok, inst, pool, judge, run_dir, log, **kw):
         calls.append(sorted(inst))
         return {ids[0]: {"n": 8, "passed": 0}, ids[1]: {"n": 8, "passed": 2}, ids[2]: {"n": 8, "passed": 8},
                 ids[3]: {"n": 8, "passed": 5}}
@@ -59,7 +59,7 @@ def test_no_frontier_task_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
     cfg = load_config(REAL, [f"model.cache_dir={tmp_path}"])
     every = load_instances(cfg)
     instances = {i: every[i] for i in sorted(every)[:2]}
-    monkeypatch.setattr(frontier, "estimate", lambda *a: {i: {"n": 8, "passed": 0} for i in instances})
+    monkeypatch.setattr(frontier, "estimate", lambda *a, **k: {i: {"n": 8, "passed": 0} for i in instances})
     with pytest.raises(ValueError, match="no training task has 0 < p < 1.*2 never"):
         frontier.ensure_frontier(cfg, "b", None, None, instances, None, None, tmp_path / "run", log=lambda m: None)
 
@@ -67,3 +67,41 @@ def test_no_frontier_task_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
 def test_frontier_k_of_one_is_refused() -> None:
     with pytest.raises(ConfigError, match="frontier_k=1"):
         load_config(REAL, ["tasks.frontier_k=1"])
+
+
+def test_a_cut_estimate_goes_on_from_its_saved_chunks(tmp_path: Path, monkeypatch) -> None:
+    """Chunks already estimated (saved in the partial file) are not sampled again."""
+    import trainer.generation
+    from sandbox.records import EvalResult
+    from trainer.agent import Trajectory
+
+    cfg = load_config(REAL, ["tasks.frontier_k=2"])
+    every = load_instances(cfg)
+    ids = sorted(every)[:40]
+    instances = {i: every[i] for i in ids}
+    asked: list[str] = []
+
+    def fake_generate(r, backend, tok, inst, task_ids, tag, **kw):
+        asked.extend(task_ids)
+        return [[Trajectory(i, f"{tag}-{i}-{k}", [1, 2], [0, 1], 1, "p") for k in range(r.n)] for i in task_ids]
+
+    class Pool:
+        def config(self):
+            return None
+
+        def evaluate_masked(self, inst, preds, run_dir, log):
+            return [EvalResult(p.instance_id, "m", p.rollout_id, "resolved" if p.rollout_id.endswith("-0") else
+                               "unresolved", resolved=p.rollout_id.endswith("-0")) for p in preds]
+
+    class Judge:
+        def check_hacks(self, groups):
+            return 0
+
+    monkeypatch.setattr(trainer.generation, "generate", fake_generate)
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({i: {"n": 2, "passed": 0} for i in ids[:32]}))  # the first chunk is done
+    rates = frontier.estimate(cfg, None, None, instances, Pool(), Judge(), tmp_path / "run", lambda m: None,
+                              partial=partial)
+    assert asked == ids[32:] and len(rates) == 40
+    assert all(rates[i] == {"n": 2, "passed": 1} for i in ids[32:])
+    assert json.loads(partial.read_text()) == rates

@@ -48,7 +48,8 @@ def test_heldout_cache_follows_the_checkpoint_and_the_tasks(tmp_path: Path, monk
     run = tmp_path / "run"
     _checkpoint(run, 1, b"one")
     calls = []
-    monkeypatch.setattr(heldout, "measure", lambda c, r, ck, i, k, log: calls.append(ck.name) or {"pass1_greedy": 0.5},
+    monkeypatch.setattr(heldout, "measure",
+                        lambda c, r, ck, i, k, log, **kw: calls.append(ck.name) or {"pass1_greedy": 0.5},
                         raising=False)
     first = heldout.evaluate_heldout(cfg, run, max_tasks=0, k=2, log=lambda m: None)
     assert first["pass1_greedy"] == 0.5 and calls == ["step_000001"]
@@ -88,7 +89,7 @@ def test_heldout_pass_counts_no_grader_flagged_hack() -> None:
     """A rollout the sandbox resolved but the grader's hack check flagged fails, as it does in training."""
     greedy = [_group("a", ["pass"], {"a-0": "special_casing"}), _group("b", ["pass"])]
     sampled = [_group("a", ["pass", "pass"], {"a-0": "silencing", "a-1": "silencing"}), _group("b", ["fail", "pass"])]
-    out = heldout.summarize(greedy, sampled, {"a": _NoScope(), "b": _NoScope()}, 2)
+    out = heldout.summarize(heldout.judged(greedy), heldout.judged(sampled), {"a": _NoScope(), "b": _NoScope()}, 2)
     assert out["pass1_greedy"] == 0.5 and out["pass2"] == 0.5 and out["pass1_sampled"] == 0.25
     assert out["hacks_grader"] == 3 and out["passing_patches"] == 2
 
@@ -96,9 +97,10 @@ def test_heldout_pass_counts_no_grader_flagged_hack() -> None:
 def test_pass_at_k_leaves_out_tasks_with_fewer_than_k_samples() -> None:
     """A task with 2 judged samples (one infra_error) has no pass@3; it is not reported as one."""
     sampled = [_group("a", ["pass", "fail", "infra"]), _group("b", ["fail", "fail", "pass"])]
-    out = heldout.summarize([_group("a", ["pass"]), _group("b", ["fail"])], sampled, {"a": _NoScope(), "b": _NoScope()}, 3)
+    greedy = heldout.judged([_group("a", ["pass"]), _group("b", ["fail"])])
+    out = heldout.summarize(greedy, heldout.judged(sampled), {"a": _NoScope(), "b": _NoScope()}, 3)
     assert out["pass3_tasks"] == 1 and out["pass3"] == 1.0 and out["infra_errors"] == 1
-    only_short = heldout.summarize([], [_group("a", ["pass", "infra", "infra"])], {"a": _NoScope()}, 3)
+    only_short = heldout.summarize([], heldout.judged([_group("a", ["pass", "infra", "infra"])]), {"a": _NoScope()}, 3)
     assert only_short["pass3"] is None and only_short["pass3_tasks"] == 0
 
 

@@ -36,24 +36,40 @@ def frontier_key(cfg: TrainConfig, base_path: str, instances: dict[str, Instance
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
+CHUNK = 32  # tasks estimated at a time: a cut estimate resumes at the chunk it was in
+
+
 def estimate(cfg: TrainConfig, backend: Any, tokenizer: Any, instances: dict[str, Instance], pool: Any,
-             judge: Any, run_dir: Path, log: Callable[[str], None]) -> dict[str, dict[str, int]]:
-    """instance_id -> {"n": judged answers, "passed": how many passed}, from `tasks.frontier_k` answers each."""
+             judge: Any, run_dir: Path, log: Callable[[str], None], *,
+             partial: Path | None = None) -> dict[str, dict[str, int]]:
+    """instance_id -> {"n": judged answers, "passed": how many passed}, from `tasks.frontier_k` answers each,
+    `CHUNK` tasks at a time; each chunk's rates are saved to `partial` (when given) as it finishes."""
     import torch
 
     from trainer.generation import generate
     from trainer.groups import build_groups
 
-    torch.manual_seed(SEED)
+    rates: dict[str, dict[str, int]] = json.loads(partial.read_text()) if partial and partial.is_file() else {}
     ids = sorted(instances)
-    trajs = generate(cfg.rollout.model_copy(update={"n": cfg.tasks.frontier_k}), backend, tokenizer, instances, ids,
-                     "frontier", repos_dir=cfg.tasks.repos_path(), sandbox=pool.config())
-    preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch, model_name_or_path="gagar-frontier",
-                        rollout_id=t.rollout_id) for g in trajs for t in g]
-    groups = build_groups(instances, trajs, pool.evaluate_masked(instances, preds, run_dir, log))
-    judge.check_hacks(groups)
-    return {g.instance.instance_id: {"n": sum(g.valid), "passed": sum(p for p, v in zip(g.passed, g.valid, strict=True)
-                                                                      if v)} for g in groups}
+    for n, start in enumerate(range(0, len(ids), CHUNK)):
+        chunk = [i for i in ids[start : start + CHUNK] if i not in rates]
+        if not chunk:
+            continue
+        sub = {i: instances[i] for i in chunk}
+        torch.manual_seed(SEED + n)
+        trajs = generate(cfg.rollout.model_copy(update={"n": cfg.tasks.frontier_k}), backend, tokenizer, sub, chunk,
+                         f"frontier{n}", repos_dir=cfg.tasks.repos_path(), sandbox=pool.config())
+        preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch, model_name_or_path="gagar-frontier",
+                            rollout_id=t.rollout_id) for g in trajs for t in g]
+        groups = build_groups(sub, trajs, pool.evaluate_masked(sub, preds, run_dir / f"chunk{n}", log))
+        judge.check_hacks(groups)
+        for g in groups:
+            rates[g.instance.instance_id] = {"n": sum(g.valid),
+                                             "passed": sum(p for p, v in zip(g.passed, g.valid, strict=True) if v)}
+        if partial is not None:
+            atomic_write_text(partial, json.dumps(rates) + "\n")
+        log(f"frontier: {len(rates)} of {len(ids)} tasks estimated, {len(frontier_ids(rates))} on the frontier")
+    return rates
 
 
 def frontier_ids(rates: dict[str, dict[str, int]]) -> list[str]:
@@ -83,10 +99,12 @@ def ensure_frontier(cfg: TrainConfig, base_path: str, backend: Any, tokenizer: A
         log(f"frontier: reusing {cache}")
     else:
         log(f"frontier: {cfg.tasks.frontier_k} answers for each of {len(instances)} training tasks ...")
-        rates = estimate(cfg, backend, tokenizer, instances, pool, judge, Path(cfg.model.cache_dir)
-                         / f"frontier-{key}.run", log)
+        partial = cache.with_name(f"frontier-{key}.partial.json")
+        rates = estimate(cfg, backend, tokenizer, instances, pool, judge, cache.with_name(f"frontier-{key}.run"), log,
+                         partial=partial)
         record = {"key": key, "k": cfg.tasks.frontier_k, "base": base_path, **summary(rates), "rates": rates}
         atomic_write_text(cache, json.dumps(record, indent=1) + "\n")
+        partial.unlink(missing_ok=True)
     kept = frontier_ids(record["rates"])
     atomic_write_text(Path(out) / "frontier.json", json.dumps({**record, "kept": kept}, indent=1) + "\n")
     log(f"frontier: {len(kept)} of {record['tasks']} training tasks have 0 < p < 1 "

@@ -87,16 +87,23 @@ def evaluate_heldout(cfg: TrainConfig, run: Path, *, max_tasks: int, k: int,
             return done
     t0 = time.monotonic()
     result = {"settings": settings, "tasks": sorted(instances), "checkpoint": ckpt.name,
-              **measure(cfg, run, ckpt, instances, k, log), "seconds": round(time.monotonic() - t0, 1)}
+              **measure(cfg, run, ckpt, instances, k, log, settings=settings),
+              "seconds": round(time.monotonic() - t0, 1)}
     atomic_write_text(out_path, json.dumps(result, indent=1) + "\n")
+    (run / PARTIAL).unlink(missing_ok=True)
     return result
 
 
+PARTIAL = "heldout.partial.json"
+CHUNK = 16  # tasks measured at a time: a cut measurement resumes at the chunk it was in
+
+
 def measure(cfg: TrainConfig, run: Path, ckpt: Path, instances: dict[str, Instance], k: int,
-            log: Callable[[str], None]) -> dict[str, Any]:
+            log: Callable[[str], None], *, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Greedy and k sampled answers per task from the checkpoint's policy, judged as training judges them: the
     sandbox's verdict, then the grader's hack check (a flagged hack does not pass). Sampling is seeded by the
-    run's seed, so the same checkpoint gives the same figures."""
+    run's seed. Tasks are measured `CHUNK` at a time and each chunk's judged answers saved (`heldout.partial.json`,
+    for these `settings`), so a cut measurement goes on where it stopped."""
     from trainer.checkpoint import load_state
     from trainer.groups import build_groups
     from trainer.judging import Judge
@@ -105,24 +112,45 @@ def measure(cfg: TrainConfig, run: Path, ckpt: Path, instances: dict[str, Instan
     from trainer.sandbox_pool import SandboxPool
 
     repos = cfg.tasks.repos_path()
-    pool = SandboxPool(cfg.sandbox, repos, run_id=f"heldout-{run.name}")  # checks the sandbox before the model
-    policy = build_policy(cfg, instances, ckpt=ckpt, state=load_state(ckpt), log=log)
-    backend = make_backend(cfg, policy.model, policy.tokenizer, str(run), base_path=policy.base_path)
-    if cfg.rollout.backend != "transformers":
-        backend.sync_weights(policy.model, int(load_state(ckpt).get("step", 0)))
-    policy.model.eval()
-    judge = Judge(cfg.grader, repos, sandbox=pool.config)
-    groups: dict[str, list[RolloutGroup]] = {}
-    for name, trajs in draw(cfg, backend, policy.tokenizer, instances, k, sandbox=pool.config()).items():
-        preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch, model_name_or_path="gagar-heldout",
-                            rollout_id=t.rollout_id) for g in trajs for t in g]
-        results = pool.evaluate_masked(instances, preds, run / "heldout" / name, log)
-        groups[name] = build_groups(instances, trajs, results)
-        judge.check_hacks(groups[name])
     ids = sorted(instances)
+    chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    partial_path = run / PARTIAL
+    partial = json.loads(partial_path.read_text()) if partial_path.is_file() else {}
+    if partial.get("settings") != settings or settings is None:
+        partial = {"settings": settings, "done": [], "rows": {"greedy": [], "sampled": []}}
+    todo = [c for c in chunks if c[0] not in partial["done"]]
+    if todo:
+        pool = SandboxPool(cfg.sandbox, repos, run_id=f"heldout-{run.name}")  # checks the sandbox before the model
+        policy = build_policy(cfg, instances, ckpt=ckpt, state=load_state(ckpt), log=log)
+        backend = make_backend(cfg, policy.model, policy.tokenizer, str(run), base_path=policy.base_path)
+        if cfg.rollout.backend != "transformers":
+            backend.sync_weights(policy.model, int(load_state(ckpt).get("step", 0)))
+        policy.model.eval()
+        judge = Judge(cfg.grader, repos, sandbox=pool.config)
+    for chunk in todo:
+        sub = {i: instances[i] for i in chunk}
+        for name, trajs in draw(cfg, backend, policy.tokenizer, sub, k, sandbox=pool.config()).items():
+            preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch, model_name_or_path="gagar-heldout",
+                                rollout_id=t.rollout_id) for g in trajs for t in g]
+            results = pool.evaluate_masked(sub, preds, run / "heldout" / name / chunk[0], log)
+            groups = build_groups(sub, trajs, results)
+            judge.check_hacks(groups)
+            partial["rows"][name] += judged(groups)
+        partial["done"].append(chunk[0])
+        atomic_write_text(partial_path, json.dumps(partial) + "\n")
+        log(f"held-out: {sum(len(c) for c in chunks if c[0] in partial['done'])} of {len(ids)} tasks measured")
     scopes = {i: task_scope(instances[i], repos / instances[i].repo_dirname) for i in ids}
-    return {**summarize(groups["greedy"], groups["sampled"], scopes, k),
-            "tokens_mean": _mean([t.policy_tokens for g in groups["sampled"] for t in g.trajs])}
+    rows = partial["rows"]
+    return {**summarize(rows["greedy"], rows["sampled"], scopes, k),
+            "tokens_mean": _mean([r["tokens"] for r in rows["sampled"]])}
+
+
+def judged(groups: list[RolloutGroup]) -> list[dict[str, Any]]:
+    """Each answer's verdict as training reads it (`RolloutGroup.passed`: resolved, not tampered, no hack the
+    grader found; `valid`: the sandbox could run it), with what the summary needs of it."""
+    return [{"task": g.instance.instance_id, "patch": t.patch, "passed": p, "valid": v, "hacked": r.hacked,
+             "grader_hack": r.rollout_id in g.grader_hacks, "format_error": t.format_error, "tokens": t.policy_tokens}
+            for g in groups for t, r, p, v in zip(g.trajs, g.results, g.passed, g.valid, strict=True)]
 
 
 def draw(cfg: TrainConfig, backend: Any, tokenizer: Any, instances: dict[str, Instance], k: int, *,
@@ -148,37 +176,32 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summarize(greedy: list[RolloutGroup], sampled: list[RolloutGroup], scopes: dict[str, Any],
+def summarize(greedy: list[dict[str, Any]], sampled: list[dict[str, Any]], scopes: dict[str, Any],
               k: int) -> dict[str, Any]:
-    """pass@1 (greedy), pass@k over the sampled answers, and the passing patches' size and scope. A rollout
-    passes as in training (`RolloutGroup.passed`: resolved, not tampered, no hack the grader found); an
-    infra_error says nothing about the policy and is left out (counted apart). pass@k is over the tasks with at
-    least k judged samples (`pass{k}_tasks` says how many): a task with fewer has no pass@k."""
-    def rows(groups: list[RolloutGroup]) -> list[tuple[str, str, bool]]:
-        return [(g.instance.instance_id, t.patch, p) for g in groups
-                for t, p, v in zip(g.trajs, g.passed, g.valid, strict=True) if v]
-
-    g, s = rows(greedy), rows(sampled)
+    """pass@1 (greedy), pass@k over the sampled answers, and the passing patches' size and scope, from `judged`
+    rows. An infra_error says nothing about the policy and is left out (counted apart). pass@k is over the tasks
+    with at least k judged samples (`pass{k}_tasks` says how many): a task with fewer has no pass@k."""
+    g, s = [r for r in greedy if r["valid"]], [r for r in sampled if r["valid"]]
     per_task: dict[str, list[bool]] = {}
-    for iid, _p, ok in s:
-        per_task.setdefault(iid, []).append(ok)
+    for r in s:
+        per_task.setdefault(r["task"], []).append(r["passed"])
     full = [v for v in per_task.values() if len(v) >= k]
-    passing = [(iid, p) for iid, p, ok in g + s if ok]
+    passing = [(r["task"], r["patch"]) for r in g + s if r["passed"]]
     sizes = [diff_size(p) for _, p in passing]
     outside = [scopes[iid].outside(p) for iid, p in passing]
     every = greedy + sampled
     return {
-        "pass1_greedy": _mean([float(ok) for _, _, ok in g]),
+        "pass1_greedy": _mean([float(r["passed"]) for r in g]),
         f"pass{k}": _mean([pass_at_k(len(v), sum(v), k) for v in full]),
         f"pass{k}_tasks": len(full),
-        "pass1_sampled": _mean([float(ok) for _, _, ok in s]),
+        "pass1_sampled": _mean([float(r["passed"]) for r in s]),
         "passing_patches": len(passing),
         "passing_diff_lines": _mean([a for a, _ in sizes]),
         "passing_files": _mean([b for _, b in sizes]),
         "out_of_scope_lines": _mean(outside),
         "scope_creep": _mean([float(o > 0) for o in outside]),
-        "hacks_sandbox": sum(r.hacked for grp in every for r in grp.results),
-        "hacks_grader": sum(len(grp.grader_hacks) for grp in every),
-        "format_errors": sum(t.format_error is not None for grp in every for t in grp.trajs),
-        "infra_errors": sum(not v for grp in every for v in grp.valid),
+        "hacks_sandbox": sum(r["hacked"] for r in every),
+        "hacks_grader": sum(r["grader_hack"] for r in every),
+        "format_errors": sum(r["format_error"] is not None for r in every),
+        "infra_errors": sum(not r["valid"] for r in every),
     }
