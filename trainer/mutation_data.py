@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sandbox.integrity.gitsafe import source_git
 from sandbox.records import Instance
@@ -87,12 +88,17 @@ def _task_meta(set_dir: Path) -> dict[str, str]:
     return {r["instance_id"]: r["key"] for r in read_jsonl(path) if "key" in r}
 
 
+NOT_LIBRARY = {"benchmarks", "benchmark", "bench", "examples", "example", "docs", "doc", "scripts", "tools"}
+
+
 def _files(project: Project) -> dict[str, str]:
+    """The project's Python files at its unbroken commit: its library and its tests (not its set-up, docs,
+    examples or benchmarks, which no task's bug is in)."""
     tracked = source_git(project.path, "ls-tree", "-r", "--name-only", project.commit).splitlines()
     out = {}
     for path in tracked:
         name = path.rsplit("/", 1)[-1]
-        if not path.endswith(".py") or name in ("setup.py", "conftest.py") or path.startswith(("docs/", "doc/")):
+        if not path.endswith(".py") or name in ("setup.py", "conftest.py") or NOT_LIBRARY & set(path.split("/")[:-1]):
             continue
         try:
             out[path] = source_git(project.path, "cat-file", "blob", f"{project.commit}:{path}", binary=True).decode()
@@ -123,19 +129,31 @@ def _tests(tree: ast.Module, path: str) -> Iterator[tuple[ast.AST, str]]:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
             yield node, path
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test") or \
-                isinstance(node, ast.ClassDef) and node.name.endswith("Tests"):
+        elif isinstance(node, ast.ClassDef) and "Test" in node.name:  # TestX, XTest, XTests, XTestCase
             for sub in node.body:
                 if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub.name.startswith("test"):
                     yield sub, f"{path}::{node.name}"
 
 
-def _statement(project: str, function: str, index: dict[str, list[str]], rng: random.Random, patch: str) -> str:
+def _public_names(text: str) -> set[str]:
+    """A module's top-level public functions and classes: what its tests call."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set()
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and not n.name.startswith("_")}
+
+
+def _statement(project: str, function: str, index: dict[str, list[str]], rng: random.Random, patch: str,
+               module_names: set[str]) -> str:
+    """The issue text: the tests that use the broken function by name, else those that use its module's public
+    names (a private helper is tested through them)."""
     # `C.x.setter` / `C.x.deleter` (a property's accessors) and `f@L42` (a name defined twice) are the factory's
     # names for functions that share a Python name: the tests call that name
     parts = [p for p in re.sub(r"@L\d+$", "", function).split(".") if p not in ("<locals>", "setter", "deleter")]
     name = next((p for p in reversed(parts) if not (p.startswith("__") and p.endswith("__"))), parts[-1])
-    tests = sorted(set(index.get(name, [])))
+    tests = sorted(set(index.get(name, []))) or sorted({t for n in module_names for t in index.get(n, [])})
     failing = sorted(rng.sample(tests, min(MAX_TESTS, len(tests)))) if tests else []
     return problem_statement(project, failing, {}, patch)
 
@@ -154,6 +172,7 @@ def mutation_pairs(projects: list[Project], *, count: int, seed: int, edit_forma
         sources = {p: t for p, t in files.items() if not _is_test_path(p)}
         muts = [m for p, t in sorted(sources.items()) for m in find_mutations(p, t)]
         name = project.repo.split("/", 1)[-1]
+        modules: dict[str, set[str]] = {}
         made = 0
         per_fn: dict[tuple[str, int], int] = {}
         # at most `per_function` pairs per function, a function being its lines (a property's getter and setter
@@ -172,9 +191,10 @@ def mutation_pairs(projects: list[Project], *, count: int, seed: int, edit_forma
             answer = as_answer(edit_format, region, fix)
             if answer is None:  # the fix reaches past the code the prompt would show
                 continue
-            messages = region_messages(edit_format, project.repo, _statement(name, m.function, index, rng, fix),
-                                       region) if edit_format != "diff" else _diff_messages(project, region, fix, rng,
-                                                                                           index, m.function)
+            statement = _statement(name, m.function, index, rng, fix, modules.setdefault(
+                m.path, _public_names(clean)))
+            messages = region_messages(edit_format, project.repo, statement, region) if edit_format != "diff" \
+                else _diff_messages(project.repo, region, statement)
             out.append({"messages": [*messages, {"role": "assistant", "content": answer}], "repo": project.repo,
                         "path": m.path, "function": m.function, "kind": m.kind, "key": m.key})
             per_fn[fn] = per_fn.get(fn, 0) + 1
@@ -182,16 +202,14 @@ def mutation_pairs(projects: list[Project], *, count: int, seed: int, edit_forma
     return out
 
 
-def _diff_messages(project: Project, region, fix: str, rng: random.Random, index: dict[str, list[str]],
-                   function: str) -> list[dict]:
+def _diff_messages(repo: str, region: Any, statement: str) -> list[dict]:
     """The `diff` format's prompt for a pair: the broken file shown around the bug, as `single_turn_messages`
     shows a task's oracle file."""
     from trainer.agent.prompts import SINGLE_TURN_SYSTEM
 
-    statement = _statement(project.repo.split("/", 1)[-1], function, index, rng, fix)
     lines = region.text.split("\n")
     shown = "\n".join(lines[region.start - 1 : region.end]) + "\n"
-    user = (f"Repository: {project.repo}\nIssue:\n{statement.strip()}\n\nSource files:\n"
+    user = (f"Repository: {repo}\nIssue:\n{statement.strip()}\n\nSource files:\n"
             f"--- {region.path} (lines {region.start}-{region.end} of {len(lines)})\n{shown}\n"
             "Answer with the unified diff only.")
     return [{"role": "system", "content": SINGLE_TURN_SYSTEM}, {"role": "user", "content": user}]
