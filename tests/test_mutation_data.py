@@ -166,8 +166,14 @@ def test_mutation_warm_start_trains_once_and_is_cached_by_its_inputs(task_set, t
     def no_training(*a, **k):
         raise AssertionError("a cached warm start was trained again")
 
+    def no_pairs(*a, **k):
+        raise AssertionError("the pairs were made again")
+
+    import trainer.mutation_data
+
     monkeypatch.setattr(sft.train, "train", no_training)
-    assert Path(ensure_warmstart(cfg, base, {}, None, log=lambda m: None)) == path
+    monkeypatch.setattr(trainer.mutation_data, "mutation_pairs", no_pairs)
+    assert Path(ensure_warmstart(cfg, base, {}, None, log=lambda m: None)) == path  # pairs and model reused
     other = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"edit_format": "search_replace"})})
-    with pytest.raises(AssertionError, match="trained again"):
+    with pytest.raises(AssertionError, match="made again"):  # other pairs, so another warm start
         ensure_warmstart(other, base, {}, None, log=lambda m: None)

@@ -159,7 +159,7 @@ def _statement(project: str, function: str, index: dict[str, list[str]], rng: ra
 
 
 def mutation_pairs(projects: list[Project], *, count: int, seed: int, edit_format: str, max_region_lines: int,
-                   max_chars: int, per_function: int = 2) -> list[dict]:
+                   max_chars: int, per_function: int = 2) -> list[dict[str, Any]]:
     """`count` pairs (about as many from each project), each a chat record — system, user (the prompt of
     `edit_format`), assistant (the answer that undoes the bug) — with where it came from. Deterministic for a
     seed: the candidates' order is the factory's (`synth.order.iter_candidates`: round robin over bug kinds)."""

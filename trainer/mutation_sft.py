@@ -46,9 +46,28 @@ def mutation_records(cfg: TrainConfig) -> list[dict[str, Any]]:
     r, w = cfg.rollout, cfg.warmstart
     instances = load_instances(cfg.tasks.model_copy(update={"instance_ids": [], "languages": []}))
     projects = training_projects(cfg.tasks.instances_path(), cfg.tasks.repos_path(), cfg.tasks.split, instances)
-    return mutation_pairs(projects, count=w.mutations, seed=w.seed, edit_format=r.edit_format,
-                          max_region_lines=r.max_region_lines, max_chars=r.max_context_chars,
-                          per_function=w.per_function)
+    settings = {"count": w.mutations, "seed": w.seed, "edit_format": r.edit_format,
+                "max_region_lines": r.max_region_lines, "max_chars": r.max_context_chars,
+                "per_function": w.per_function}
+    # Making the pairs parses every function of every project (minutes); every run of an experiment asks for
+    # them, so they are kept by what makes them: the projects' code (by commit), the settings, and the code
+    # that turns a mutation into a pair.
+    code = [Path(__file__).resolve().parents[1] / m for m in _PAIR_CODE]
+    key = hashlib.sha256(json.dumps({"projects": [(p.repo, p.commit, sorted(p.task_keys)) for p in projects],
+                                     "settings": settings, "code": [f.read_text() for f in code]},
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cfg.model.cache_dir) / f"mutation-pairs-{key}.jsonl"
+    if path.is_file():
+        from sandbox.jsonl import read_jsonl
+
+        return read_jsonl(path)
+    records = mutation_pairs(projects, **settings)
+    write_jsonl_atomic(path, records)
+    return records
+
+
+_PAIR_CODE = ("synth/mutate.py", "synth/order.py", "synth/statement.py", "trainer/mutation_data.py",
+              "trainer/agent/edits.py", "trainer/agent/prompts.py", "trainer/agent/format.py")
 
 
 def sft_settings(cfg: TrainConfig) -> dict[str, Any]:
