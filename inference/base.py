@@ -110,8 +110,10 @@ def make_backend(
     `model` is a path, a hub id or a registry model name (the judge), or an already loaded model with its `tokenizer` (the policy's
     transformers backend samples from the training model itself). `openai` here is the chat client; the
     policy's token-id completions client is `trainer.rollout.openai_server` (it hot-loads LoRA adapters).
+    `vllm-server` starts a `vllm serve` of `model` (logs under `work_dir`) and chats with it; `close_backend`
+    stops it (so does the process's exit).
     """
-    if kind in ("transformers", "vllm") and isinstance(model, str) and model:
+    if kind in ("transformers", "vllm", "vllm-server") and isinstance(model, str) and model:
         from inference.models import resolve_model
 
         model = resolve_model(model)  # a registry name (`gagar model pull`) → its local directory
@@ -135,4 +137,17 @@ def make_backend(
         from inference.vllm import VLLMBackend
 
         return VLLMBackend(str(model), adapter, tokenizer=tokenizer, work_dir=work_dir, **engine)
-    raise ValueError(f"unknown backend {kind!r}; choose transformers, openai or vllm")
+    if kind == "vllm-server":
+        if not model:
+            raise ValueError("--backend vllm-server needs --model PATH_OR_ID")
+        from inference.vllm_server import served_chat
+
+        return served_chat(str(model), adapter, log_dir=work_dir or ".gagar/logs", **engine)
+    raise ValueError(f"unknown backend {kind!r}; choose transformers, openai, vllm or vllm-server")
+
+
+def close_backend(backend: Any) -> None:
+    """Hand back what a backend holds (an engine, a server process); a backend without any has no `close`."""
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()

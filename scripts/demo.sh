@@ -2,12 +2,12 @@
 # `make demo`'s main job: RL post-training of a code agent on the bundled tasks, end to end on CPU — warm start,
 # then steps of: rollouts → Docker sandbox → dynamic sampling → grader → GRPO+GAGAR advantages → clipped
 # policy-gradient update. Prints the per-step view, the run summary and the wall time; plots go to the run dir.
-#   bash scripts/demo.sh WORKDIR [CONFIG]   (make demo passes .gagar; CONFIG: tiny | smol, a name in configs/)
-#   smol: the pretrained SmolLM2-135M-Instruct (pulled once: `gagar model pull smollm2-135m-instruct`)
-#   tiny: a random 2-layer model that only proves the plumbing
+#   bash scripts/demo.sh WORKDIR [CONFIG]   (make demo passes .gagar smol; CONFIG: smol | tiny, a name in configs/)
+#   smol: the pretrained SmolLM2-135M-Instruct (pulled once: `gagar model pull smollm2-135m-instruct`), vLLM rollouts
+#   tiny: a random 2-layer model that only proves the plumbing (`make demo-tiny`)
 set -euo pipefail
 WORK="${1:-.gagar}"
-CONFIG="${2:-tiny}"
+CONFIG="${2:-smol}"
 VENV="${VENV:-.venv}"
 TASKS="$WORK/tasks"
 RUN="$WORK/runs/$CONFIG"

@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repos-dir", required=True, type=Path)
     p.add_argument("--model", required=True, help="base model: hub id, local path, or server model name")
     p.add_argument("--adapter", help="LoRA adapter directory from `gagar sft train` (transformers backend)")
-    p.add_argument("--backend", choices=("transformers", "openai", "vllm"), default="transformers")
+    p.add_argument("--backend", choices=("transformers", "openai", "vllm", "vllm-server"), default="transformers")
     p.add_argument("--base-url", help="OpenAI-compatible server (with --backend openai)")
     p.add_argument("--max-turns", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=512)

@@ -286,14 +286,6 @@ def _eval_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def _config_fields() -> set[str]:
-    import dataclasses
-
-    from trl import SFTConfig
-
-    return {f.name for f in dataclasses.fields(SFTConfig)}
-
-
 def _cpu_seconds() -> float:
     import resource
 
@@ -385,9 +377,6 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
         train_sampling_strategy=str(t["sampling"]),
         assistant_only_loss=True,
         gradient_checkpointing=ckpt,
-        # transformers >= 5.20 splits activation checkpointing off gradient checkpointing; 5.19 (the one vLLM
-        # 0.32 takes) has no such argument
-        **({"activation_checkpointing": False} if "activation_checkpointing" in _config_fields() else {}),
         bf16=bf16,
         use_cpu=not gpu,
         logging_steps=int(t["logging_steps"]),

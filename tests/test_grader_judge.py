@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +223,14 @@ def test_transformers_backend_loads_a_peft_adapter(tmp_path_factory):
     assert isinstance(backend.chat([{"role": "user", "content": "hi"}], max_new_tokens=3), str)
     with pytest.raises(ValueError, match="--model"):
         make_backend("transformers", None)
-    with pytest.raises(ImportError, match="vllm"):
+
+
+def test_vllm_backend_explains_a_missing_vllm(monkeypatch):
+    """A machine without vLLM (another environment, a partial install): the error says how to get it."""
+    from grader.judge.backends import make_backend
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    with pytest.raises(ImportError, match="make venv"):
         make_backend("vllm", "some/model")
 
 

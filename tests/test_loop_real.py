@@ -195,3 +195,56 @@ def test_an_unknown_split_is_refused_before_anything_runs(tmp_path: Path, capsys
                    "--set", f"tasks.repos_dir={tmp_path / 'no' / 'repos'}", *flags])
         assert rc == 2
         assert "has no split 'dev'" in capsys.readouterr().err
+
+
+def test_heldout_hands_the_trained_adapter_to_a_separate_engine(tmp_path: Path, monkeypatch) -> None:
+    """Regression: with a separate sampling engine (`rollout.backend: vllm` or `vllm-server`) the held-out
+    evaluation never handed it the checkpoint's adapter, so it sampled the base model and every arm scored the
+    untrained policy. STAND-INS for the policy, the engine and the sandbox: this checks the order of the calls
+    (tests/test_vllm_engine.py shows a synced adapter moving the real engine's samples)."""
+    import types
+
+    from sandbox.records import EvalResult
+    from trainer.agent import Trajectory
+    from trainer.config import TrainConfig
+    from trainer.experiments import heldout
+
+    calls: list[tuple] = []
+    model = types.SimpleNamespace(eval=lambda: None)
+
+    class Engine:
+        def sync_weights(self, m: object, step: int) -> None:
+            calls.append(("sync", m is model, step))
+
+        def close(self) -> None:
+            calls.append(("close",))
+
+    def generate(rc, backend, tok, instances, ids, tag, **kw):
+        calls.append(("generate", tag))
+        return [[Trajectory(i, f"{tag}-{i}-{k}", [1, 2], [0, 1], 1, "") for k in range(rc.n)] for i in ids]
+
+    class Pool:
+        def config(self) -> None:
+            return None
+
+        def evaluate_masked(self, instances, preds, run_dir, log):
+            return [EvalResult(p.instance_id, "m", p.rollout_id, "unresolved") for p in preds]
+
+    inst = _instance("0" * 40, "")
+    monkeypatch.setattr("trainer.tasks.load_instances", lambda cfg: {inst.instance_id: inst})
+    monkeypatch.setattr("trainer.policy.build_policy", lambda *a, **k: types.SimpleNamespace(
+        model=model, tokenizer=None, base_path="/warm"))
+    monkeypatch.setattr("trainer.rollout.make_backend", lambda *a, **k: Engine())
+    monkeypatch.setattr("trainer.generation.generate", generate)
+    monkeypatch.setattr("trainer.sandbox_pool.SandboxPool", lambda *a, **k: Pool())
+    monkeypatch.setattr(heldout, "task_scope", lambda *a: types.SimpleNamespace(outside=lambda p: 0))
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_000003").mkdir(parents=True)
+    (run / "checkpoints" / "step_000003" / "state.json").write_text('{"step": 3}')
+    cfg = TrainConfig()
+    cfg.rollout.backend = "vllm"
+    cfg.tasks.dir = str(tmp_path / "tasks")
+    got = heldout.evaluate_heldout(cfg, run, max_tasks=1, k=2, log=lambda m: None)
+    assert calls[0] == ("sync", True, 3)  # the trained adapter first, before any sample
+    assert [c[0] for c in calls[1:]] == ["generate", "generate", "close"]
+    assert got["pass1_greedy"] == 0.0 and got["checkpoint"] == "step_000003"

@@ -5,6 +5,7 @@ records what it was sent, so the test checks the request shapes and the LoRA han
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -110,21 +111,16 @@ def test_openai_backend_reports_an_unreachable_server(tmp_path):
         be.generate([[1]], max_new_tokens=1, temperature=1.0)
 
 
-def test_vllm_backend_explains_the_missing_extra(tmp_path):
+def test_vllm_backend_explains_the_missing_extra(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("vLLM is installed here")
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as on a machine without vLLM: `import vllm` raises
     from trainer.config import TrainConfig
     from trainer.rollout import make_backend
 
     cfg = TrainConfig()
     cfg.rollout.backend = "vllm"
     cfg.lora.enabled = True
-    with pytest.raises(ImportError, match="gagar\\[vllm\\]"):
+    with pytest.raises(ImportError, match="make venv"):
         make_backend(cfg, None, None, str(tmp_path))
 
 

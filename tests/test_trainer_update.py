@@ -1,8 +1,8 @@
 """The update's standard options on a real tiny Qwen2 (LoRA off: full weights, so gradients are easy to compare):
 gradient accumulation, the loss aggregations (Dr. GRPO's constant included), truncated importance sampling
 against the sampler's log-probs, the LR schedule; and the loop's overlong filtering, dropped agent episodes,
-rloo/dr_grpo as the base estimator, and the vLLM backend built on the warm-started base (vLLM is CUDA-only and
-not installable here: a stand-in `vllm` module checks that plumbing, and says so)."""
+rloo/dr_grpo as the base estimator, and the vLLM backend built on the warm-started base (a stand-in
+`vllm` module checks that plumbing fast, and says so)."""
 
 from __future__ import annotations
 
@@ -224,8 +224,9 @@ def test_rloo_and_dr_grpo_are_selectable_base_estimators(base):
 # ── vLLM: the engine loads the base the adapter belongs to ───────────────────────────────────────────────────
 @pytest.fixture
 def fake_vllm(monkeypatch):
-    """A STAND-IN for the `vllm` package (CUDA-only, not installable here): records how the engine is built and
-    answers generate with fixed tokens and log-probs, to check the plumbing only."""
+    """A STAND-IN for the `vllm` package (no engine start, for speed; tests/test_vllm_engine.py runs the real
+    one): records how the engine is built and answers generate with fixed tokens and log-probs, to check the
+    plumbing only."""
     built = {}
 
     class LLM:
@@ -235,34 +236,82 @@ def fake_vllm(monkeypatch):
         def generate(self, prompts, params, lora_request=None, use_tqdm=False):
             built["params"] = params
             lp = types.SimpleNamespace
-            out = lp(token_ids=[7, 8], text="ab", finish_reason="stop",
-                     logprobs=[{7: lp(logprob=-0.25)}, {8: lp(logprob=-1.5)}])
-            return [lp(outputs=[out]) for _ in prompts]
+            return [lp(outputs=[lp(token_ids=[7, 8], text="ab", finish_reason="stop", stop_reason=None,
+                                   logprobs=[{7: lp(logprob=-0.25)}, {8: lp(logprob=-1.5)}])] * p["n"])
+                    for p in params]
 
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = LLM, lambda **kw: kw
     inputs = types.ModuleType("vllm.inputs")
     inputs.TokensPrompt = dict
-    lora = types.ModuleType("vllm.lora")
-    request = types.ModuleType("vllm.lora.request")
-    request.LoRARequest = lambda *a: a
-    for name, mod in {"vllm": vllm, "vllm.inputs": inputs, "vllm.lora": lora, "vllm.lora.request": request}.items():
+    for name, mod in {"vllm": vllm, "vllm.inputs": inputs}.items():
         monkeypatch.setitem(sys.modules, name, mod)
-    return built
+    yield built
+    from inference.vllm import shutdown_all
+
+    shutdown_all()
 
 
 def test_vllm_engine_takes_the_warm_started_base_and_returns_sampler_logprobs(fake_vllm, tmp_path):
     from trainer.rollout import make_backend
 
+    (tmp_path / "warmstart-abc").mkdir()
+    (tmp_path / "warmstart-abc" / "config.json").write_text("{}")
     cfg = TrainConfig()
     cfg.rollout.backend = "vllm"
     be = make_backend(cfg, None, None, str(tmp_path), base_path=str(tmp_path / "warmstart-abc"))
     assert fake_vllm["model"] == str(tmp_path / "warmstart-abc")  # not cfg.model.name_or_path ("tiny")
     assert fake_vllm["logprobs_mode"] == "processed_logprobs" and fake_vllm["enable_lora"]
-    [s] = be.generate([[1, 2]], max_new_tokens=4, temperature=0.7, top_p=0.9)
-    assert s.token_ids == [7, 8] and s.logprobs == [-0.25, -1.5] and fake_vllm["params"]["logprobs"] == 0
-    make_backend(cfg, None, None, str(tmp_path))
-    assert fake_vllm["model"] == cfg.model.name_or_path  # without a warm start: the configured model
+    assert fake_vllm["seed"] == cfg.seed and fake_vllm["generation_config"] == "vllm"
+    s1, s2, s3 = be.generate([[1, 2], [1, 2], [3]], max_new_tokens=4, temperature=0.7, top_p=0.9)
+    assert s1.token_ids == [7, 8] and s1.logprobs == [-0.25, -1.5]
+    # repeats of a prompt are one request for n samples (one prefill); no per-request seed (it kills the CPU
+    # engine with n > 1: the seed is the engine's)
+    assert [p["n"] for p in fake_vllm["params"]] == [2, 1]
+    assert all(p["logprobs"] == 0 and "seed" not in p for p in fake_vllm["params"])
+    be.close()
+
+
+def test_trainer_hands_back_the_engine_when_it_dies_and_keeps_the_last_checkpoint(monkeypatch, tmp_path):
+    """An engine that dies mid-run: the run stops with the engine's error (naming the cause), hands its backend
+    back (a `vllm serve` it started is stopped) and writes no checkpoint for the step it could not finish, so
+    `--resume` starts that step again."""
+    from inference.vllm import EngineError
+    from trainer import loop
+
+    closed = []
+    backend = types.SimpleNamespace(close=lambda: closed.append("backend"))
+    monkeypatch.setattr(loop, "load_instances", lambda cfg: {"a": None, "b": None})
+    monkeypatch.setattr(loop, "build_policy", lambda *a, **k: types.SimpleNamespace(
+        model=None, tokenizer=None, base_path="/b", optimizer=None, pad_id=0))
+    monkeypatch.setattr("trainer.rollout.make_backend", lambda *a, **k: backend)
+    monkeypatch.setattr(loop, "SandboxPool", lambda *a, **k: types.SimpleNamespace(config=lambda: None))
+
+    def dies(*a, **k):
+        raise EngineError("the vLLM engine on /b died during generate (killed)")
+
+    monkeypatch.setattr(loop, "generate", dies)
+    cfg = _build({"out": str(tmp_path / "run"), "tensorboard": False, "steps": 2})
+    trainer = loop.Trainer(cfg, log=lambda m: None)
+    with pytest.raises(EngineError, match="died during generate"):
+        trainer.run()
+    assert closed == ["backend"] and not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_sampling_mismatch_counts_policy_tokens_only():
+    from trainer.generation import mismatch_means, sampling_mismatch
+
+    t = Trajectory("i", "r", [1, 2, 3, 4, 5], [0, 0, 1, 1, 1], 2, "")
+    t.old_logprobs = [-2.0, -1.0, -0.5, -0.7]  # entry k scores token k+1: entries 1-3 are the policy's
+    t.sampler_logprobs = [0.0, -1.0, -0.5, -0.2]  # entry 0 (a prompt token) differs but does not count
+    hf = Trajectory("i", "r2", [1, 2], [0, 1], 1, "")  # transformers backend: no sampler log-probs
+    hf.old_logprobs = [-3.0]
+    sums = sampling_mismatch([t, hf], clip_low=0.2, clip_high=0.28)
+    assert sums["sampler_tokens"] == 3
+    got = mismatch_means(sums)
+    assert got["sampler_logprob_diff"] == pytest.approx(0.5 / 3)
+    assert got["sampler_ratio_outside_clip"] == pytest.approx(1 / 3)  # exp(-0.5) = 0.61 < 0.8
+    assert sampling_mismatch([hf], clip_low=0.2, clip_high=0.28) == {} and mismatch_means({}) == {}
 
 
 def test_trainer_hands_the_policy_base_to_the_backend(monkeypatch, tmp_path):

@@ -94,7 +94,9 @@ class TasksConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    backend: Literal["transformers", "openai", "vllm"] = "transformers"
+    # transformers: the training model itself | vllm: an in-process vLLM engine on the policy's base | vllm-server:
+    # a `vllm serve` the trainer starts, watches and stops | openai: a server you run (base_url)
+    backend: Literal["transformers", "openai", "vllm", "vllm-server"] = "transformers"
     # single_turn (ask for a unified diff) | agent (multi-turn tools in a container)
     mode: Literal["single_turn", "agent"] = "single_turn"
     tasks_per_step: int = Field(2, ge=1)
@@ -116,6 +118,8 @@ class RolloutConfig(_Section):
     tool_output_chars: int = Field(2000, ge=1)
     base_url: Str = ""  # openai backend (e.g. a `vllm serve --enable-lora` endpoint)
     served_model: Str = ""  # openai backend: model name; LoRA updates are loaded under this name
+    kv_cache_gib: float = Field(1.0, gt=0)  # vllm, vllm-server: the engine's KV-cache memory
+    server_port: int = Field(0, ge=0, le=65535)  # vllm-server: its port on 127.0.0.1 (0: a free one)
     overlap: bool = False  # evaluate/grade step t while generating step t+1 (one-step-stale rollouts)
     # agent mode: an episode that ends on max_turns or on the context budget is dropped — out of the group's
     # baseline and the loss, like an infra_error (it never finished; its diff says little about the policy)
@@ -143,7 +147,7 @@ class GraderSection(_Section):
     judge: Literal["heuristic", "llm"] = "heuristic"
     model: Str = ""
     adapter: Str = ""
-    backend: Literal["transformers", "openai", "vllm"] = "transformers"  # for the llm judge
+    backend: Literal["transformers", "openai", "vllm", "vllm-server"] = "transformers"  # for the llm judge
     base_url: Str = ""
     permutations: int = Field(1, ge=1)
     # The behavioural hack probe (grader.probe.runner): perturbed re-runs of the failing tests in the sandbox, per

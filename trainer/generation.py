@@ -1,4 +1,5 @@
-"""Rollouts: n trajectories per task from the rollout backend, and the behaviour policy's log-probs of them."""
+"""Rollouts: n trajectories per task from the rollout backend, the behaviour policy's log-probs of them, and how
+far the sampling engine's own log-probs of the same tokens are from the trainer's (sampling vs scoring)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,33 @@ def record_behaviour_logprobs(model: Any, pad_id: int, trajs: list[Trajectory], 
                 t.old_logprobs = row[: len(t.token_ids) - 1].tolist()
     finally:
         model.train(was)
+
+
+def sampling_mismatch(trajs: list[Trajectory], *, clip_low: float, clip_high: float) -> dict[str, float]:
+    """Sampling vs scoring, over every policy token whose engine reported its log-prob (vLLM, a server; the
+    transformers backend samples from the trainer's model and reports none): the sum of |log π_sampler − log
+    π_trainer| and the number of tokens whose ratio π_trainer / π_sampler lies outside [1 − clip_low,
+    1 + clip_high] — sums, so the batches of a step add up (`mismatch_means` turns them into the step's figures).
+    π_trainer is `old_logprobs` (the trainer's float32 scoring, the importance ratio's denominator)."""
+    diffs: list[float] = []
+    for t in trajs:
+        if t.sampler_logprobs is None or t.old_logprobs is None:
+            continue
+        diffs += [a - b for m, a, b in zip(t.mask[1:], t.old_logprobs, t.sampler_logprobs, strict=False) if m]
+    if not diffs:
+        return {}
+    d = torch.tensor(diffs, dtype=torch.float64)
+    ratio = d.exp()
+    outside = (ratio < 1 - clip_low) | (ratio > 1 + clip_high)
+    return {"sampler_tokens": float(len(diffs)), "sampler_absdiff_sum": float(d.abs().sum()),
+            "sampler_outside_clip_n": float(outside.sum())}
+
+
+def mismatch_means(sums: dict[str, float]) -> dict[str, float]:
+    """The step's sampling-vs-scoring figures from `sampling_mismatch`'s sums: `sampler_logprob_diff` (mean
+    |Δ log-prob| per token), `sampler_ratio_outside_clip` (share of tokens) and `sampler_tokens`."""
+    n = sums.get("sampler_tokens", 0.0)
+    if not n:
+        return {}
+    return {"sampler_tokens": int(n), "sampler_logprob_diff": sums["sampler_absdiff_sum"] / n,
+            "sampler_ratio_outside_clip": sums["sampler_outside_clip_n"] / n}

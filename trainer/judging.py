@@ -34,10 +34,12 @@ def without(group: Group, hacks: dict[str, str]) -> Group:
 
 
 class Judge:
-    def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None) -> None:
+    def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None,
+                 work_dir: Path | None = None) -> None:
         self.section = section
         self.repos_dir = Path(repos_dir)
         self.sandbox = sandbox  # the sandbox's config, for the behavioural probe
+        self.work_dir = work_dir  # the run's dir: a `vllm serve` judge logs there
         self._backend: Any = None
 
     def backend(self) -> Any:
@@ -46,8 +48,16 @@ class Judge:
             from grader.judge.backends import make_backend
 
             s = self.section
-            self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None)
+            self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None,
+                                         work_dir=str(self.work_dir) if self.work_dir else None)
         return self._backend
+
+    def close(self) -> None:
+        """Hand back the judge's engine or server, if it was ever built."""
+        from inference.base import close_backend
+
+        backend, self._backend = self._backend, None
+        close_backend(backend)
 
     # ── on the grader's groups (the native loop and verl share these) ──────────────────────────────────────
     def check(self, groups: list[Group]) -> list[Grading]:

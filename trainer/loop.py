@@ -28,12 +28,13 @@ from pathlib import Path
 
 import torch
 
+from inference.base import close_backend
 from sandbox.records import Prediction
 from trainer import rewards
 from trainer.agent import Trajectory
 from trainer.checkpoint import latest_checkpoint, resume_point, save_checkpoint
 from trainer.config import TrainConfig
-from trainer.generation import generate, record_behaviour_logprobs
+from trainer.generation import generate, mismatch_means, record_behaviour_logprobs, sampling_mismatch
 from trainer.groups import RolloutGroup, build_groups, infra_result
 from trainer.judging import Judge
 from trainer.metrics import MetricsWriter, step_row
@@ -69,18 +70,28 @@ class Trainer:
 
         self.backend = make_backend(cfg, self.policy.model, self.policy.tokenizer, str(self.out),
                                     base_path=self.policy.base_path)
-        if cfg.rollout.backend == "openai" and self.policy.base_path != cfg.model.name_or_path:
-            log(f"note: the policy's base is {self.policy.base_path} (warm start or checkpoint): the server at "
-                f"{cfg.rollout.base_url} must serve those weights for the LoRA updates it receives to apply")
-        if ckpt and cfg.rollout.backend != "transformers":
-            self.backend.sync_weights(self.policy.model, self.start_step)
-        self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config)
-        if cfg.tasks.frontier_k:
-            self.instances = self.frontier(resumed=ckpt is not None)
-        self.sampler = TaskSampler(list(self.instances), cfg.seed, cfg.tasks.shuffle)
-        self.restore(state)
-        self.metrics = MetricsWriter(self.out, start_step=self.start_step, tensorboard=cfg.tensorboard)
-        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+        try:
+            if cfg.rollout.backend == "openai" and self.policy.base_path != cfg.model.name_or_path:
+                log(f"note: the policy's base is {self.policy.base_path} (warm start or checkpoint): the server at "
+                    f"{cfg.rollout.base_url} must serve those weights for the LoRA updates it receives to apply")
+            self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config, work_dir=self.out)
+            if cfg.tasks.frontier_k:  # before any trained adapter reaches the engine: it samples the starting policy
+                self.instances = self.frontier(resumed=ckpt is not None)
+            self.sampler = TaskSampler(list(self.instances), cfg.seed, cfg.tasks.shuffle)
+            self.restore(state)
+            if ckpt and cfg.rollout.backend != "transformers":
+                self.backend.sync_weights(self.policy.model, self.start_step)
+            self.metrics = MetricsWriter(self.out, start_step=self.start_step, tensorboard=cfg.tensorboard)
+            (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+        except BaseException:
+            close_backend(self.backend)
+            raise
+
+    def close(self) -> None:
+        """Hand back the rollout engine and the judge's (an in-process engine stays up for the next user of the
+        same base; a `vllm serve` the run started is stopped with its children)."""
+        close_backend(self.backend)
+        self.judge.close()
 
     def frontier(self, *, resumed: bool) -> dict:
         """The training tasks with 0 < p < 1 under the starting policy (`tasks.frontier_k`; trainer.frontier). A
@@ -106,16 +117,23 @@ class Trainer:
         self._resumed_ids: list[str] | None = state.get("pending") or None
 
     # ── the stages of one step, in order ───────────────────────────────────────────────────────────────
-    def sample(self, ids: list[str], tag: str) -> list[list[Trajectory]]:
-        r = self.cfg.rollout
+    def sample(self, ids: list[str], tag: str) -> tuple[list[list[Trajectory]], dict[str, float]]:
+        """The rollouts and, per batch: seconds generating (`gen_s`) and scoring them with the trainer's model
+        (`score_s`), and the sampling-vs-scoring sums (`sampling_mismatch`)."""
+        r, o = self.cfg.rollout, self.cfg.optim
+        t0 = time.monotonic()
         trajs = generate(r, self.backend, self.policy.tokenizer, self.instances, ids, tag, repos_dir=self.repos,
                          sandbox=self.pool.config())
-        record_behaviour_logprobs(self.policy.model, self.policy.pad_id, [t for g in trajs for t in g],
-                                  temperature=r.temperature, top_p=r.top_p, batch_size=self.cfg.optim.minibatch_size)
+        t1 = time.monotonic()
+        flat = [t for g in trajs for t in g]
+        record_behaviour_logprobs(self.policy.model, self.policy.pad_id, flat, temperature=r.temperature,
+                                  top_p=r.top_p, batch_size=o.minibatch_size)
+        t2 = time.monotonic()
         if r.drop_unfinished:  # agent episodes that never finished leave the group (masked, still evaluated)
-            for t in (t for g in trajs for t in g):
+            for t in flat:
                 t.dropped = t.finish in ("max_turns", "context")
-        return trajs
+        return trajs, {"gen_s": t1 - t0, "score_s": t2 - t1,
+                       **sampling_mismatch(flat, clip_low=o.clip_low, clip_high=o.clip_high)}
 
     def evaluate(self, trajs: list[list[Trajectory]], run_dir: Path) -> list[RolloutGroup]:
         """Every patch through the sandbox; a rollout whose own sandbox already failed is masked, not evaluated."""
@@ -174,16 +192,16 @@ class Trainer:
         return {**stats, "lr": lr, "overlong_filtered": sum(cut)}
 
     # ── one step ───────────────────────────────────────────────────────────────────────────────────────
-    def collect(self, ids: list[str], tag: str, run_dir: Path, trajs: list[list[Trajectory]] | None = None) -> Batch:
-        """sample → evaluate → check → keep for one draw of tasks (`trajs` given: already sampled)."""
-        t0 = time.monotonic()
-        trajs = trajs if trajs is not None else self.sample(ids, tag)
+    def collect(self, ids: list[str], tag: str, run_dir: Path,
+                sampled: tuple[list[list[Trajectory]], dict[str, float]] | None = None) -> Batch:
+        """sample → evaluate → check → keep for one draw of tasks (`sampled` given: `sample`'s result)."""
+        trajs, times = sampled if sampled is not None else self.sample(ids, tag)
         t1 = time.monotonic()
         groups = self.evaluate(trajs, run_dir)
         t2 = time.monotonic()
         self.check(groups)
         t3 = time.monotonic()
-        return Batch(ids, groups, self.keep(groups), {"gen_s": t1 - t0, "eval_s": t2 - t1, "check_s": t3 - t2})
+        return Batch(ids, groups, self.keep(groups), {**times, "eval_s": t2 - t1, "check_s": t3 - t2})
 
     def step(self, step: int, first: Batch, refill: Callable[[int, int], Batch]) -> dict:
         batches = [first]
@@ -195,13 +213,21 @@ class Trainer:
             kept += batches[-1].kept
         t0 = time.monotonic()
         stats: dict = {}
+        sync_s = 0.0
         if kept:
             adv, stats = self.advantages(kept)
             stats.update(self.update(kept, adv, step))
             if self.cfg.rollout.backend != "transformers":
+                t_sync = time.monotonic()
                 self.backend.sync_weights(self.policy.model, step)
-        times = {k: round(sum(b.times.get(k, 0.0) for b in batches), 3) for k in ("gen_s", "eval_s", "check_s")}
-        stats.update(times, update_s=round(time.monotonic() - t0, 3))
+                sync_s = time.monotonic() - t_sync
+        total = {k: sum(b.times.get(k, 0.0) for b in batches) for k in
+                 ("gen_s", "score_s", "eval_s", "check_s", "sampler_tokens", "sampler_absdiff_sum",
+                  "sampler_outside_clip_n")}
+        stats.update({k: round(total[k], 3) for k in ("gen_s", "score_s", "eval_s", "check_s")},
+                     **mismatch_means(total),
+                     update_s=round(time.monotonic() - t0 - sync_s - stats.get("rank_s", 0.0), 3),
+                     sync_s=round(sync_s, 3))
         return step_row(step, [g for b in batches for g in b.groups], kept, stats)
 
     # ── the loop ───────────────────────────────────────────────────────────────────────────────────────
@@ -215,8 +241,8 @@ class Trainer:
             tag, run_dir = f"s{step}{sub}", self.out / "sandbox" / f"step_{step:06d}" / sub
             if worker is None:
                 return ids, self.collect(ids, tag, run_dir)
-            trajs = self.sample(ids, tag)  # generation stays on this thread (it uses the model)
-            return ids, worker.submit(self.collect, ids, tag, run_dir, trajs)
+            sampled = self.sample(ids, tag)  # generation stays on this thread (it uses the model)
+            return ids, worker.submit(self.collect, ids, tag, run_dir, sampled)
 
         def result(p: tuple[list[str], Future | Batch]) -> Batch:
             return p[1].result() if isinstance(p[1], Future) else p[1]
@@ -253,6 +279,7 @@ class Trainer:
             if worker is not None:
                 worker.shutdown(wait=True, cancel_futures=True)
             self.metrics.close()
+            self.close()
         return self._summary(last_row)
 
     def _summary(self, last_row: dict) -> dict:

@@ -78,6 +78,6 @@ def step_row(step: int, groups: list[RolloutGroup], kept: list[RolloutGroup], st
         **{f"status_{k}": v for k, v in sorted(statuses.items())},
     }
     row.update(stats)
-    if row.get("gen_s"):  # sampling throughput; gen_s also covers scoring the behaviour log-probs
+    if row.get("gen_s"):  # sampling throughput (scoring the behaviour log-probs is score_s)
         row["rollout_tokens_per_s"] = round(row["rollout_tokens"] / row["gen_s"], 2)
     return row

@@ -19,7 +19,7 @@ PANELS = [
     ("loss / entropy", ["loss", "entropy"]),
     ("groups / hacks / infra errors", ["groups_sampled", "groups_kept", "hacks_sandbox", "hacks_grader",
                                         "infra_errors"]),
-    ("seconds per stage", ["gen_s", "eval_s", "check_s", "rank_s", "update_s"]),
+    ("seconds per stage", ["gen_s", "score_s", "eval_s", "check_s", "rank_s", "update_s", "sync_s"]),
 ]
 
 

@@ -4,8 +4,9 @@ its passing patches (changed lines and files, lines outside the functions the re
 The held-out tasks are a split of the task set (`tasks.split`, e.g. `heldout` of `gagar tasks synth`'s
 `splits.json`, whose repositories no training task comes from); a fixed subset of them (`max_tasks`, the same for
 every arm and seed) keeps the cost in budget. The run's last checkpoint is loaded as the trainer would resume
-it; every patch goes through the same sandbox and the same grader hack check as training, and the samples are
-drawn with the run's seed. The figures are written to `<run>/heldout.json` (atomically) and reused only when
+it, and a separate sampling engine (vLLM, a server) is handed its trained adapter before it samples; every patch
+goes through the same sandbox and the same grader hack check as training, and the samples are drawn with the
+run's seed (the transformers sampler's torch seed; a vLLM engine is seeded with it when it starts). The figures are written to `<run>/heldout.json` (atomically) and reused only when
 that file was made with the same settings: the same checkpoint (by content), the same tasks (by content) and
 the same sampling.
 """
@@ -104,6 +105,7 @@ def measure(cfg: TrainConfig, run: Path, ckpt: Path, instances: dict[str, Instan
     sandbox's verdict, then the grader's hack check (a flagged hack does not pass). Sampling is seeded by the
     run's seed. Tasks are measured `CHUNK` at a time and each chunk's judged answers saved (`heldout.partial.json`,
     for these `settings`), so a cut measurement goes on where it stopped."""
+    from inference.base import close_backend
     from trainer.checkpoint import load_state
     from trainer.groups import build_groups
     from trainer.judging import Judge
@@ -124,21 +126,29 @@ def measure(cfg: TrainConfig, run: Path, ckpt: Path, instances: dict[str, Instan
         policy = build_policy(cfg, instances, ckpt=ckpt, state=load_state(ckpt), log=log)
         backend = make_backend(cfg, policy.model, policy.tokenizer, str(run), base_path=policy.base_path)
         if cfg.rollout.backend != "transformers":
+            # A separate engine samples from the base until it is handed the trained adapter: without this every
+            # arm would measure the same untrained policy.
             backend.sync_weights(policy.model, int(load_state(ckpt).get("step", 0)))
         policy.model.eval()
-        judge = Judge(cfg.grader, repos, sandbox=pool.config)
-    for chunk in todo:
-        sub = {i: instances[i] for i in chunk}
-        for name, trajs in draw(cfg, backend, policy.tokenizer, sub, k, sandbox=pool.config()).items():
-            preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch, model_name_or_path="gagar-heldout",
-                                rollout_id=t.rollout_id) for g in trajs for t in g]
-            results = pool.evaluate_masked(sub, preds, run / "heldout" / name / chunk[0], log)
-            groups = build_groups(sub, trajs, results)
-            judge.check_hacks(groups)
-            partial["rows"][name] += judged(groups)
-        partial["done"].append(chunk[0])
-        atomic_write_text(partial_path, json.dumps(partial) + "\n")
-        log(f"held-out: {sum(len(c) for c in chunks if c[0] in partial['done'])} of {len(ids)} tasks measured")
+        judge = Judge(cfg.grader, repos, sandbox=pool.config, work_dir=run)
+    try:
+        for chunk in todo:
+            sub = {i: instances[i] for i in chunk}
+            for name, trajs in draw(cfg, backend, policy.tokenizer, sub, k, sandbox=pool.config()).items():
+                preds = [Prediction(instance_id=t.instance_id, model_patch=t.patch,
+                                    model_name_or_path="gagar-heldout", rollout_id=t.rollout_id)
+                         for g in trajs for t in g]
+                results = pool.evaluate_masked(sub, preds, run / "heldout" / name / chunk[0], log)
+                groups = build_groups(sub, trajs, results)
+                judge.check_hacks(groups)
+                partial["rows"][name] += judged(groups)
+            partial["done"].append(chunk[0])
+            atomic_write_text(partial_path, json.dumps(partial) + "\n")
+            log(f"held-out: {sum(len(c) for c in chunks if c[0] in partial['done'])} of {len(ids)} tasks measured")
+    finally:
+        if todo:
+            close_backend(backend)
+            judge.close()
     scopes = {i: task_scope(instances[i], repos / instances[i].repo_dirname) for i in ids}
     rows = partial["rows"]
     return {**summarize(rows["greedy"], rows["sampled"], scopes, k),

@@ -26,7 +26,7 @@ class OpenAIServerBackend:
     name = "openai"
 
     def __init__(self, base_url: str, model: str, tokenizer: Any, work_dir: str, *, lora: bool = True,
-                 timeout: float = 600.0, concurrency: int = 16, max_retries: int = 2) -> None:
+                 timeout: float = 600.0, concurrency: int = 16, max_retries: int = 2, server: Any = None) -> None:
         self.base_url = api_url(base_url)
         self.client = make_client(base_url, timeout=timeout, max_retries=max_retries)
         self.base_model = model
@@ -35,9 +35,20 @@ class OpenAIServerBackend:
         self.work_dir = Path(work_dir)
         self.lora = lora
         self.concurrency = concurrency
+        # rollout.backend vllm-server: the `vllm serve` this backend owns (inference.vllm_server.VLLMServer)
+        self.server = server
+
+    def close(self) -> None:
+        """Stop the server this backend started (vllm-server); a server you run is left alone."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
     def _fail(self, exc: Exception) -> RuntimeError:
         import openai
+
+        if self.server is not None:
+            self.server.check()  # a server that died: its exit code and log, not a connection error
 
         if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
             return RuntimeError(f"cannot reach the rollout server at {self.base_url}: {exc.__cause__ or exc}")
