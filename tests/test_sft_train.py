@@ -219,3 +219,37 @@ def test_time_budget_shortens_the_run_after_measuring_it(monkeypatch, capsys):
     assert cb.fitted_steps == 12 and state.global_step == 12 and not cb.stopped_at_cap
     assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)
     assert "10.0 s/step: about 17 min for 100 steps" in capsys.readouterr().out
+
+
+def test_clock_fits_a_resumed_run(monkeypatch, capsys) -> None:
+    """A run resumed at step 60 measures its own first steps and fits the rest of its budget (before the fix the
+    fit waited for global step 8, which a resumed run never reaches: it ran on to the cap, its cosine cut off)."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import get_cosine_schedule_with_warmup
+
+    from sft.train import _clock_callback
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(time, "perf_counter", lambda: clock["t"])
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=0, num_training_steps=100)
+    for _ in range(60):
+        opt.step()
+        sched.step()
+    cb = _clock_callback(max_minutes=2.0)
+    state, control = SimpleNamespace(global_step=60, max_steps=100), SimpleNamespace(should_training_stop=False)
+    cb.on_train_begin(None, state, control)
+    for step in range(61, 101):
+        clock["t"] = 10.0 * (step - 60)
+        state.global_step = step
+        opt.step()
+        sched.step()
+        cb.on_step_end(None, state, control, lr_scheduler=sched)
+        if control.should_training_stop:
+            break
+    assert cb.fitted_steps == 72 and state.global_step == 72 and not cb.stopped_at_cap
+    assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)
+    assert "10.0 s/step: about 7 min for 40 steps" in capsys.readouterr().out
