@@ -35,7 +35,7 @@ from grader.hacks.detect import candidate_hacks  # noqa: E402
 from grader.hacks.literals import task_literals  # noqa: E402
 from grader.records import Candidate, Group, load_groups, read_jsonl  # noqa: E402
 from sandbox.integrity import gitsafe  # noqa: E402
-from sandbox.report import atomic_write_text  # noqa: E402
+from sandbox.jsonl import atomic_write_text  # noqa: E402
 
 
 def bundled(tasks: Path) -> dict:

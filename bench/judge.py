@@ -45,7 +45,7 @@ from grader.judge.llm import LLMJudge  # noqa: E402
 from grader.metrics import evaluate  # noqa: E402
 from grader.records import Grading, load_groups, read_jsonl, write_jsonl_atomic  # noqa: E402
 from grader.workspace import SharedWorkspace  # noqa: E402
-from sandbox.report import atomic_write_text  # noqa: E402
+from sandbox.jsonl import atomic_write_text  # noqa: E402
 from trainer.experiments.verdicts import diff_size  # noqa: E402
 
 COLUMNS = ("usable free answers", "top-1", "pairwise", "pairwise on size-inverted pairs", "gold above hack")
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cli-groups", type=int, default=8, help="groups graded again through `gagar grade` (0: none)")
     p.add_argument("--skip-base", action="store_true", help="leave out the untuned base row")
     args = p.parse_args(argv)
-    from grader.judge.backends import make_backend
+    from inference.backends import make_backend
 
     manifest = json.loads((args.data / "manifest.json").read_text())
     repos = args.repos_dir or Path(manifest.get("repos_dir") or ROOT / ".gagar/judge/repos")

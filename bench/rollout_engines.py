@@ -79,7 +79,7 @@ def _backend(engine: str, cfg, tok, work: Path):
 
 
 def _close(be) -> None:
-    from inference.base import close_backend
+    from inference.backends import close_backend
     from inference.vllm import shutdown_all
 
     close_backend(be)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         p.error(f"unknown engine(s) {bad}; choose from {', '.join(ENGINES)}")
 
-    from sandbox.report import atomic_write_text
+    from sandbox.jsonl import atomic_write_text
     from trainer.config import load_config
 
     cfg = load_config(args.config, args.set)

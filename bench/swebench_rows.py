@@ -167,8 +167,8 @@ def main() -> int:
     builds = [re.sub(r"; log \S+$", "", ln) for ln in proc.stderr.splitlines()
               if re.search(r"env image .*: (building|built in)", ln)]
     from sandbox.env.spec import apply_specs, load_spec_file
+    from sandbox.jsonl import atomic_write_text
     from sandbox.records import Instance
-    from sandbox.report import atomic_write_text
 
     insts = {r["instance_id"]: Instance.from_dict(r) for r in rows}
     apply_specs(insts, load_spec_file(SPECS))

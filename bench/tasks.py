@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sandbox.report import atomic_write_text  # noqa: E402
+from sandbox.jsonl import atomic_write_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNTH = ROOT / "examples" / "synth"

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from grader.grade import grade_groups
-from grader.judge.backends import ChatBackend, make_backend
 from grader.metrics import evaluate
 from grader.records import Group, InputError, load_groups, read_jsonl, write_jsonl_atomic
+from inference.backends import make_backend
+from inference.base import ChatBackend
 from sandbox.integrity import gitsafe
 
 

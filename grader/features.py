@@ -292,3 +292,21 @@ def _first_lines(patch: str) -> dict[str, int]:
         return {fc.path: fc.first_line for fc in parse_patch(patch)}
     except (UnidiffParseError, ValueError):
         return {}
+
+
+def apply_file_patch(text: str | None, pf) -> str:  # noqa: ANN001 - unidiff PatchedFile
+    """The new text of one file of a unified diff, given its old text (None for a new file)."""
+    old = (text or "").splitlines(keepends=True)
+    out: list[str] = []
+    pos = 0
+    for hunk in pf:
+        start = max(hunk.source_start - 1, 0)
+        out += old[pos:start]
+        pos = start
+        for line in hunk:
+            if line.is_context or line.is_removed:
+                pos += 1
+            if line.is_context or line.is_added:
+                out.append(line.value)
+    out += old[pos:]
+    return "".join(out)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from grader.hacks.detect import apply_hacks, workspace_hacks
 from grader.heuristic import rank_workspace
-from grader.judge.backends import ChatBackend
 from grader.judge.llm import LLMJudge
 from grader.records import Grading, Group
 from grader.workspace import SharedWorkspace
+from inference.base import ChatBackend
 
 JUDGES = ("heuristic", "llm")
 BATCH_GROUPS = 8
@@ -26,7 +26,7 @@ BATCH_GROUPS = 8
 def _llm(backend: ChatBackend | None, max_turns: int, max_new_tokens: int, stats: Counter[str] | None,
          answer_grammar: bool | None) -> LLMJudge:
     if backend is None:
-        raise ValueError("judge='llm' needs a backend (see grader.judge.backends)")
+        raise ValueError("judge='llm' needs a backend (see inference.backends.make_backend)")
     return LLMJudge(backend, max_turns=max_turns, max_new_tokens=max_new_tokens, stats=stats,
                     answer_grammar=answer_grammar)
 

@@ -165,7 +165,7 @@ class ScriptedAgents:
         self.turn = 0
 
     def generate(self, prompts, *, max_new_tokens, temperature, top_p=1.0, stop=None):
-        from trainer.rollout.base import Sample
+        from inference.base import Sample
 
         assert len(prompts) == len(self.scripts), "episodes fell out of lockstep"
         texts = [s[self.turn] for s in self.scripts]

@@ -10,11 +10,14 @@ Two interfaces over the same engines:
 Backends: `TransformersBackend` (in-process Hugging Face model, optional PEFT adapter, left-padded batches),
 `VLLMBackend` (in-process vLLM), `OpenAIBackend` (chat over any OpenAI-compatible
 server) and, for the policy, `trainer.rollout.openai_server.OpenAIServerBackend` (token-id completions + LoRA
-hot-loading). `make_backend` builds any of them from CLI/config options.
+hot-loading). `inference.backends.make_backend` builds any of them from CLI/config options. Also here: the pinned
+model registry (`inference.models`, `gagar model pull|ls`) and the OpenAI-compatible server (`inference.serve`,
+`gagar serve`).
 """
 
 from __future__ import annotations
 
-from inference.base import BackendError, ChatBackend, RolloutBackend, Sample, chat_batch, make_backend
+from inference.backends import make_backend
+from inference.base import BackendError, ChatBackend, RolloutBackend, Sample, chat_batch
 
 __all__ = ["BackendError", "ChatBackend", "RolloutBackend", "Sample", "chat_batch", "make_backend"]

@@ -281,7 +281,8 @@ def _drive(ray: Any, workers: list[tuple], forget, instances: Mapping[str, Insta
            config: SandboxConfig, *, run_dir: Path | str | None = None, redo: bool = False, progress: bool = False,
            extra_report: dict | None = None) -> list[EvalResult]:
     """The driver side of a Ray run: resume, place whole groups on workers, record what streams back."""
-    from sandbox.report import atomic_write_text, build_report, start_run
+    from sandbox.jsonl import atomic_write_text
+    from sandbox.report import build_report, start_run
     from sandbox.run import _config_dict, _json, _Progress, _say, _signals_raise
 
     t_start = time.monotonic()

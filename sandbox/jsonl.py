@@ -5,13 +5,16 @@
 - `skip_bad=True` is for files whose documentation promises skipping (predictions of `gagar eval`, a results
   or metrics file whose last line a crash cut short): the bad line is skipped and a note naming the file and line
   goes to `notes` (or to stderr when no list is given); the rest is used.
-- Writing replaces the file atomically (temp file + rename), so readers never see half a file.
+- Writing replaces the file atomically (temp file + rename), so readers never see half a file:
+  `atomic_write_text` is the project's one atomic-write helper, JSONL or not.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -80,10 +83,28 @@ def dumps_jsonl(rows: Iterable[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write to a temporary file beside `path`, fsync, then rename: readers never see a half-written file.
+
+    The one atomic-write helper of the project (the grader, trainer and experiments use it too).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     """Write JSONL to a temporary file beside `path`, then rename, so readers never see a half-written file."""
-    from sandbox.report import atomic_write_text  # here: sandbox.report reads results with this module
-
     atomic_write_text(path, dumps_jsonl(rows))
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import atomic_write_text, iter_jsonl
 from sandbox.records import STATUSES, EvalResult, Instance, Prediction
 from sandbox.workspace import remove_tree
 
@@ -33,26 +34,6 @@ def file_sha256(path: str | Path) -> str:
     """The sha256 of a file's bytes (hex), read in blocks: the one file-digest helper of the project."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename: readers never see a half-written file.
-
-    The one atomic-write helper of the project (the grader, trainer and experiments use it too).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @contextlib.contextmanager
@@ -84,8 +65,6 @@ def read_results(path: Path, *, warn: bool = True) -> dict[tuple[str, str], Eval
     out: dict[tuple[str, str], EvalResult] = {}
     if not path.exists():
         return out
-    from sandbox.jsonl import iter_jsonl
-
     notes: list[str] = []
     for n, row in iter_jsonl(path, skip_bad=True, notes=notes):
         try:

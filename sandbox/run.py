@@ -31,8 +31,9 @@ from sandbox.env.images import ImageError
 from sandbox.env.toolchains import build_failure, go_requires
 from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.integrity import checks as integrity
+from sandbox.jsonl import atomic_write_text
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
-from sandbox.report import atomic_write_text, build_report, collect_reports, log_dir_for, start_run
+from sandbox.report import build_report, collect_reports, log_dir_for, start_run
 from sandbox.workspace import (
     WorkspaceError,
     hand_over,

@@ -145,8 +145,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
     prog = "gagar sft eval"
-    from grader.judge.backends import make_backend
     from grader.records import InputError, load_groups
+    from inference.backends import make_backend
 
     try:
         groups = load_groups(args.groups)[: args.max_groups or None]

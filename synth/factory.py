@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import atomic_write_text
 from sandbox.records import EvalResult, Instance, Prediction
-from sandbox.report import atomic_write_text
 from synth import sources as src_mod
 from synth import validate as val
 from synth.mutate import KINDS, Mutation, find_mutations

@@ -201,7 +201,7 @@ class _Answers:
         self.tok, self.texts = tokenizer, texts
 
     def generate(self, prompts, *, max_new_tokens, temperature, top_p=1.0, stop=None):
-        from trainer.rollout.base import Sample
+        from inference.base import Sample
 
         return [Sample(self.tok(t, add_special_tokens=False)["input_ids"], t, "stop") for t in self.texts]
 

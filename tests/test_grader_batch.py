@@ -10,9 +10,9 @@ import pytest
 from test_grader_util import bundled_tasks
 
 from grader.grade import grade_groups
-from grader.judge.backends import BackendError
 from grader.judge.prompt import format_answer, format_tool_call
 from grader.records import load_groups
+from inference.base import BackendError
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_backends_without_chat_batch_still_work(tasks):
 
 
 def test_transformers_batch_equals_single_calls(tmp_path_factory):
-    from grader.judge.backends import TransformersBackend
+    from inference.hf import TransformersBackend
     from sft.tiny import build_tiny_model
 
     backend = TransformersBackend(str(build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")))

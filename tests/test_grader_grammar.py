@@ -111,7 +111,7 @@ def tasks(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    from grader.judge.backends import TransformersBackend
+    from inference.hf import TransformersBackend
     from sft.tiny import build_tiny_model
 
     return TransformersBackend(str(build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")), batch_size=3)

@@ -168,7 +168,7 @@ def test_turn_budget_ends_the_loop(tasks):
 def test_llm_judge_end_to_end_with_a_tiny_random_model(tasks, tmp_path_factory):
     """An untrained (random-weight) model's reply is almost never a valid answer: the run must end in the
     heuristic fallback. A trained judge answers for itself: tests/test_sft_judge.py."""
-    from grader.judge.backends import TransformersBackend
+    from inference.hf import TransformersBackend
     from sft.tiny import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")
@@ -209,7 +209,8 @@ def test_transformers_backend_loads_a_peft_adapter(tmp_path_factory):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grader.judge.backends import TransformersBackend, make_backend
+    from inference.backends import make_backend
+    from inference.hf import TransformersBackend
     from sft.tiny import build_tiny_model
 
     model_dir = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-judge")
@@ -227,7 +228,7 @@ def test_transformers_backend_loads_a_peft_adapter(tmp_path_factory):
 
 def test_vllm_backend_explains_a_missing_vllm(monkeypatch):
     """A machine without vLLM (another environment, a partial install): the error says how to get it."""
-    from grader.judge.backends import make_backend
+    from inference.backends import make_backend
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     with pytest.raises(ImportError, match="make venv"):

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.probe.runner import BASE, ProbeRun, apply_file_patch, file_diff, read_records
+from grader.features import apply_file_patch
+from grader.probe.common import BASE, ProbeRun
+from grader.probe.runner import file_diff, read_records
 from grader.probe.transform import build_probe
 from grader.probe.verdicts import judge
 

@@ -21,8 +21,9 @@ import pytest
 from test_grader_util import ROOT, bundled_tasks
 
 from grader.grade import grade_groups
-from grader.judge.backends import BackendError, OpenAIBackend
 from grader.records import load_groups
+from inference.base import BackendError
+from inference.openai import OpenAIBackend
 
 MSG = [{"role": "user", "content": "Which patch is smaller?"}]
 
@@ -292,7 +293,7 @@ def test_logprobs_mode_processed_reports_the_distribution_sampled_from(tiny_mode
 
     from inference.hf import TransformersBackend
     from inference.serve import make_server
-    from trainer.policy import warp_logits
+    from trainer.logprobs import warp_logits
 
     backend = TransformersBackend(str(tiny_model), device="cpu")
     srv = make_server(backend, port=0, logprobs_mode="processed")

@@ -86,8 +86,8 @@ def test_stop_strings_seed_streaming_and_cancel(backend):
 
 def test_processed_logprobs_are_what_the_trainer_scores(backend):
     """logprobs_mode="processed" (gagar serve --logprobs-mode processed_logprobs, as vLLM's): the log-prob under
-    the distribution sampled from — the trainer's own warper (`trainer.policy.warp_logits`) on a forward pass."""
-    from trainer.policy import warp_logits
+    the distribution sampled from — the trainer's own warper (`trainer.logprobs.warp_logits`) on a forward pass."""
+    from trainer.logprobs import warp_logits
 
     prompt = _prompt(backend)
     (s,) = backend.sample([prompt], SamplingParams(8, temperature=0.7, top_p=0.9, logprobs=0, seed=4,

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from test_grader_probes import FIX, ID, LIB, TEST, hack
 
+from grader.probe.common import BASE, ProbeRun
 from grader.probe.replay import changed_functions, findings
-from grader.probe.runner import BASE, ProbeRun, file_diff, read_records
+from grader.probe.runner import file_diff, read_records
 from grader.probe.runtime import CRASH
 from grader.probe.transform import build_probe
 from grader.probe.verdicts import judge

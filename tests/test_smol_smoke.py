@@ -21,7 +21,8 @@ from trainer.agent.tokens import Conversation
 from trainer.checkpoint import load_state, save_checkpoint
 from trainer.config import load_config
 from trainer.generation import record_behaviour_logprobs
-from trainer.policy import build_policy, pad_batch, token_logprobs
+from trainer.logprobs import pad_batch, token_logprobs
+from trainer.policy import build_policy
 from trainer.tasks import load_instances
 from trainer.update import policy_update
 from trainer.warmstart import clean_patch

@@ -15,12 +15,12 @@ import pytest
 import unidiff
 from trainer_fixtures import CONFIG, bundled_tasks, model_cache
 
+from inference.base import Sample
 from sandbox.config import SandboxConfig
 from sandbox.records import Instance, Prediction
 from trainer.agent import run_agent_episodes
 from trainer.agent.format import FormatError, extract_diff, format_tool_call, parse_tool_call
 from trainer.agent.tokens import Conversation
-from trainer.rollout.base import Sample
 
 TASK = "acme__durations-42"  # a bundled Python task
 

@@ -8,7 +8,7 @@ import torch
 
 from trainer.agent import Trajectory
 from trainer.generation import record_behaviour_logprobs
-from trainer.policy import token_logprobs, warp_logits
+from trainer.logprobs import token_logprobs, warp_logits
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ def _trainer(out: Path, overlap: bool, drawn: dict[int, list[str]], state: dict 
     t.metrics = MetricsWriter(out, start_step=t.start_step, tensorboard=False)
     t.sample = lambda ids, tag: [[] for _ in ids]
     t._summary = lambda row: {}
+    t.close = lambda: None  # no rollout engine or judge was started: nothing to hand back
 
     def collect(ids, tag, run_dir, trajs=None):
         drawn.setdefault(int(tag[1:].split("r")[0]), []).extend(ids)  # tag: s<step>r<batch>

@@ -79,7 +79,7 @@ def _gone(pids: set[int], within: float = 30.0) -> bool:
 def test_n_samples_with_logprobs_that_match_the_trainers_scoring(backend, smol, tokenizer, temperature, top_p):
     from transformers import AutoModelForCausalLM
 
-    from trainer.policy import pad_batch, token_logprobs
+    from trainer.logprobs import pad_batch, token_logprobs
 
     prompt = _prompt(tokenizer, "Write a Python function that adds two numbers.")
     samples = backend.generate([prompt] * 4, max_new_tokens=48, temperature=temperature, top_p=top_p)

@@ -104,7 +104,7 @@ def test_the_judge_chats_with_a_served_adapter_and_close_stops_everything(tmp_pa
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from inference.base import close_backend, make_backend
+    from inference.backends import close_backend, make_backend
 
     smol = str(smol_base())
     get_peft_model(AutoModelForCausalLM.from_pretrained(smol),

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import atomic_write_text
 from sandbox.records import Instance, Prediction
-from sandbox.report import atomic_write_text
 from trainer.config import TrainConfig
 
 SEED = 0  # the estimate's sampling seed: the same estimate for every run seed

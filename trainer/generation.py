@@ -12,7 +12,7 @@ from sandbox.config import SandboxConfig
 from sandbox.records import Instance
 from trainer.agent import Trajectory, run_agent_episodes, run_single_turn
 from trainer.config import RolloutConfig
-from trainer.policy import pad_batch, token_logprobs
+from trainer.logprobs import pad_batch, token_logprobs
 
 
 def generate(r: RolloutConfig, backend: Any, tokenizer: Any, instances: dict[str, Instance], ids: list[str],

@@ -45,7 +45,7 @@ class Judge:
     def backend(self) -> Any:
         """The LLM judge's chat backend, built once on first use."""
         if self._backend is None:
-            from grader.judge.backends import make_backend
+            from inference.backends import make_backend
 
             s = self.section
             self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None,
@@ -54,7 +54,7 @@ class Judge:
 
     def close(self) -> None:
         """Hand back the judge's engine or server, if it was ever built."""
-        from inference.base import close_backend
+        from inference.backends import close_backend
 
         backend, self._backend = self._backend, None
         close_backend(backend)

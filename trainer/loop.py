@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from inference.base import close_backend
+from inference.backends import close_backend
 from sandbox.records import Prediction
 from trainer import rewards
 from trainer.agent import Trajectory

@@ -30,7 +30,8 @@ import torch
 
 from trainer.agent import Trajectory
 from trainer.config import OptimConfig
-from trainer.policy import pad_batch, reference_context, token_logprobs
+from trainer.logprobs import pad_batch, token_logprobs
+from trainer.policy import reference_context
 
 
 def lr_factor(step: int, o: OptimConfig, total_steps: int) -> float:

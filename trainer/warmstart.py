@@ -29,7 +29,7 @@ from trainer.agent.edits import as_answer
 from trainer.agent.prompts import single_turn_prompt
 from trainer.agent.tokens import Conversation
 from trainer.config import RolloutConfig, TasksConfig, TrainConfig
-from trainer.policy import token_logprobs
+from trainer.logprobs import token_logprobs
 from trainer.tasks import fixed_subset, load_instances, other_split_ids
 
 _MARKER = "gagar_warmstart.json"

@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 from grader.features import is_test_path  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.integrity.gitsafe import source_git  # noqa: E402
+from sandbox.jsonl import atomic_write_text  # noqa: E402
 from sandbox.parsers import parse_results  # noqa: E402
 from sandbox.records import Instance, Prediction  # noqa: E402
-from sandbox.report import atomic_write_text  # noqa: E402
 from sandbox.run import evaluate_predictions  # noqa: E402
 
 

@@ -31,8 +31,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sandbox.jsonl import JsonlError, read_jsonl, write_jsonl_atomic  # noqa: E402
-from sandbox.report import atomic_write_text  # noqa: E402
+from sandbox.jsonl import (  # noqa: E402
+    JsonlError,
+    atomic_write_text,  # noqa: E402
+    read_jsonl,
+    write_jsonl_atomic,
+)
 
 HERE = Path(__file__).resolve().parent
 SPLITS = ("dev", "heldout", "all")

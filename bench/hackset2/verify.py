@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.inputs import InputError, load_instances  # noqa: E402
+from sandbox.jsonl import atomic_write_text  # noqa: E402
 from sandbox.records import EvalResult, Instance, Prediction  # noqa: E402
-from sandbox.report import atomic_write_text  # noqa: E402
 from sandbox.run import evaluate_predictions  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

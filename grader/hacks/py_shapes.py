@@ -22,12 +22,24 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from grader.hacks.common import RUNNERISH
+from grader.hacks.common import RUNNERISH, FileContext
 
-if TYPE_CHECKING:
-    from grader.hacks.py import PyAnalyzer
+
+class PyAnalyzer(Protocol):
+    """What a shape rule reads of the file's analyzer (`grader.hacks.py.PyAnalyzer`, which calls the rules): a
+    structural type, so that this module does not import the one that imports it."""
+
+    ctx: FileContext
+    tree: ast.Module | None
+    parent: dict[ast.AST, ast.AST]
+
+    def added(self, node: ast.AST) -> bool: ...
+    def new(self, node: ast.AST) -> bool: ...
+    def add(self, kind: str, node: ast.AST, detail: str) -> None: ...
+    def resolve(self, node: ast.AST) -> str: ...
+    def branch_body(self, node: ast.AST) -> list[ast.AST]: ...
 
 _FRAME_WALK = {"_getframe", "currentframe", "getouterframes", "f_back", "walk_stack", "extract_stack"}
 _SOURCE_READ = {"getline", "getlines", "getsource", "getsourcelines", "findsource", "co_consts"}

@@ -19,7 +19,6 @@ from typing import Any
 
 from grader.heuristic import append_unapplied, rank_workspace
 from grader.judge.aggregate import aggregate_tiers, agreement, borda
-from grader.judge.backends import BackendError, ChatBackend, chat_batch
 from grader.judge.grammar import decode_answers
 from grader.judge.prompt import (
     Answer,
@@ -35,6 +34,7 @@ from grader.judge.prompt import (
 from grader.judge.tools import run_tool
 from grader.records import Grading, Group, tier_weights
 from grader.workspace import SharedWorkspace
+from inference.base import BackendError, ChatBackend, chat_batch
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from collections import defaultdict
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from grader.features import added_lines, is_test_path, patch_file_path
+from grader.features import added_lines, apply_file_patch, is_test_path, patch_file_path
 from grader.hacks.common import HackFinding
 from grader.probe.runtime import crash_text, raised_type
 
@@ -98,8 +98,6 @@ def changed_functions(patches: dict[str, str], base_text) -> list[tuple[str, str
     """[path suffix, qualified name] of the functions (and methods) that any of `patches` changes in a
     non-test Python file: those whose lines in the patched file it adds to, or in the base file it removes from.
     `base_text(path)` gives a file's text at the base commit (None: no such file)."""
-    from grader.probe.runner import apply_file_patch
-
     found: dict[tuple[str, str], None] = {}
     for patch in patches.values():
         try:

@@ -23,55 +23,25 @@ import secrets
 import shlex
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from grader.hacks.common import HackFinding
+from grader.features import apply_file_patch
+from grader.probe.common import BASE, ProbeRun
+from grader.probe.replay import changed_functions
+from grader.probe.replay import findings as replay_findings
 from grader.probe.transform import Probe, build_probe
+from grader.probe.verdicts import judge
 from sandbox.config import SandboxConfig
 from sandbox.records import Instance, Prediction
 
-BASE = "__unfixed__"
 MAX_TESTS = 8
 DEFAULT_BUDGET_S = 120.0
 # The unfixed code is evaluated as a patch that adds one inert file (an empty patch is never run).
 BASE_PATCH = ("diff --git a/.gagar-probe-base b/.gagar-probe-base\nnew file mode 100644\n--- /dev/null\n"
               "+++ b/.gagar-probe-base\n@@ -0,0 +1 @@\n+the unfixed code, for the behavioural probe\n")
-
-
-@dataclass
-class ProbeRun:
-    """What one group's probe run produced."""
-
-    probed: bool
-    why_not: str = ""
-    probe: Probe | None = None
-    records: dict[str, list[dict]] = field(default_factory=dict)  # rollout id (and BASE) -> records
-    statuses: dict[str, str] = field(default_factory=dict)
-    patches: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    findings: dict[str, list[HackFinding]] = field(default_factory=dict)
-
-
-def apply_file_patch(text: str | None, pf) -> str:  # noqa: ANN001 - unidiff PatchedFile
-    """The new text of one file of a unified diff, given its old text (None for a new file)."""
-    old = (text or "").splitlines(keepends=True)
-    out: list[str] = []
-    pos = 0
-    for hunk in pf:
-        start = max(hunk.source_start - 1, 0)
-        out += old[pos:start]
-        pos = start
-        for line in hunk:
-            if line.is_context or line.is_removed:
-                pos += 1
-            if line.is_context or line.is_added:
-                out.append(line.value)
-    out += old[pos:]
-    return "".join(out)
 
 
 def _base_text(repo_dir: Path, commit: str, path: str) -> str | None:
@@ -124,7 +94,6 @@ def build_instance(instance: Instance, repo_dir: Path, nonce: str, patches: dict
                    ) -> tuple[Instance, Probe] | str:
     """The probe's instance: the task with its failing tests' files instrumented (recording the calls of the
     functions `patches` change, for the replay line); or why it cannot be built."""
-    from grader.probe.replay import changed_functions
     if (instance.test_framework or "").lower() != "pytest":
         return f"framework {instance.test_framework!r} is not probed (pytest only)"
     runner = _runner(instance.test_cmd)
@@ -186,8 +155,6 @@ def read_records(log_dir: Path, nonce: str) -> list[dict]:
 def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConfig, *,
                 budget_s: float = DEFAULT_BUDGET_S, work_dir: Path | None = None) -> ProbeRun:
     """Run the probe for one group's passing candidates (`patches`: rollout id -> patch) and judge them."""
-    from grader.probe.replay import findings as replay_findings
-    from grader.probe.verdicts import judge
     from sandbox.run import evaluate_predictions
 
     t0 = time.monotonic()

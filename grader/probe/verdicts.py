@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from grader.hacks.common import HackFinding
+from grader.probe.common import BASE, ProbeRun
 from grader.probe.runtime import crash_text
+from grader.probe.transform import Probe
 
 MIN_COLLAPSE = 2
 Obs = dict[str, dict[str, tuple]]  # variant id -> site -> recorded (a, b) pairs, in call order
@@ -76,10 +78,8 @@ def _patch_paths(patch: str) -> set[str]:
         return set()
 
 
-def judge(run) -> dict[str, list[HackFinding]]:  # noqa: ANN001 - grader.probe.runner.ProbeRun (import cycle)
+def judge(run: ProbeRun) -> dict[str, list[HackFinding]]:
     """Findings per candidate rollout id of one probe run."""
-    from grader.probe.runner import BASE
-
     probe = run.probe
     if probe is None:
         return {}
@@ -134,7 +134,7 @@ def judge(run) -> dict[str, list[HackFinding]]:  # noqa: ANN001 - grader.probe.r
     return out
 
 
-def _fill_crashes(obs: Obs, records: list[dict], probe) -> None:  # noqa: ANN001 - grader.probe.transform.Probe
+def _fill_crashes(obs: Obs, records: list[dict], probe: Probe) -> None:
     """A variant that crashed between two checks (`result = f(x)` outside any assertion raised) recorded nothing
     at the checks after the crash: they count as raising that exception, so a candidate whose test stops
     early on an input is compared like one whose assertion raised there."""

@@ -109,7 +109,7 @@ def main(argv: list[str]) -> int:
     from sandbox.config import SandboxConfig
     from sandbox.env.spec import SpecError, load_spec_file
     from sandbox.inputs import InputError, _records, load_instances, require_runnable
-    from sandbox.report import atomic_write_text
+    from sandbox.jsonl import atomic_write_text
     from sandbox.run import evaluate_predictions, image_missing
 
     notes: list[str] = []

@@ -1,4 +1,6 @@
 """The advantage engine: batched GRPO-family and GAPO estimators, GAGAR redistribution, dynamic sampling.
+Entry points: `compute_advantages(rewards, estimator=..., index=...)`, `gagar_advantages` / `redistribute`
+(GAGAR over graded groups), `register_estimator` (a new estimator by name).
 
 See docs/advantage.md for the formulas, edge cases and integrations (verl, TRL).
 """

@@ -1,1 +1,3 @@
-"""Controlled experiments (`gagar experiment bloat|skew`) that show GAPO's and GAGAR's mechanisms on CPU."""
+"""Controlled experiments that show GAPO's and GAGAR's mechanisms on CPU with the real advantage engine and
+sandbox verdicts. Entry point: `gagar experiment loop|bloat|skew` (`trainer.experiments.cli.main`); each writes
+its figures and JSON to `--out`."""

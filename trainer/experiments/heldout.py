@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox.jsonl import atomic_write_text
 from sandbox.records import Instance, Prediction
-from sandbox.report import atomic_write_text
 from trainer.agent import Trajectory
 from trainer.config import TrainConfig
 from trainer.experiments.scope import task_scope
@@ -105,7 +105,7 @@ def measure(cfg: TrainConfig, run: Path, ckpt: Path, instances: dict[str, Instan
     sandbox's verdict, then the grader's hack check (a flagged hack does not pass). Sampling is seeded by the
     run's seed. Tasks are measured `CHUNK` at a time and each chunk's judged answers saved (`heldout.partial.json`,
     for these `settings`), so a cut measurement goes on where it stopped."""
-    from inference.base import close_backend
+    from inference.backends import close_backend
     from trainer.checkpoint import load_state
     from trainer.groups import build_groups
     from trainer.judging import Judge

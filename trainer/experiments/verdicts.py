@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox.jsonl import JsonlError, read_jsonl
-from sandbox.report import atomic_write_text, file_sha256
+from sandbox.jsonl import JsonlError, atomic_write_text, read_jsonl
+from sandbox.report import file_sha256
 
 FORMAT = "gagar-experiment-verdicts/3"  # /3: grader hacks fail, as in the trainer
 # 2**k - 1 subsets get graded per task; past this many passing patches that stops being "fast".

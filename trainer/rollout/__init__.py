@@ -6,6 +6,7 @@ ids, because the trainer trains on exactly the tokens that were sampled (re-toke
 
 from __future__ import annotations
 
-from trainer.rollout.base import RolloutBackend, Sample, make_backend
+from inference.base import RolloutBackend, Sample
+from trainer.rollout.backends import make_backend
 
 __all__ = ["RolloutBackend", "Sample", "make_backend"]

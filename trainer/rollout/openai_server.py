@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from inference.base import Sample
 from inference.openai import api_url, describe_error, make_client
-from trainer.rollout.base import Sample
 
 
 class OpenAIServerBackend:

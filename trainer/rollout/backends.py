@@ -1,15 +1,14 @@
-"""The policy's rollout backend, chosen by `rollout.backend` (the classes live in `inference`, shared with the judge)."""
+"""The policy's rollout backend factory, chosen by `rollout.backend` (the classes live in `inference`, shared with the
+judge; the token-id OpenAI client in `trainer.rollout.openai_server`, which this module imports only when chosen)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from inference.base import RolloutBackend, Sample
+from inference.base import RolloutBackend
 
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
-
-__all__ = ["RolloutBackend", "Sample", "make_backend"]
 
 
 def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str, *,
