@@ -2,7 +2,8 @@
 the frontier (0 < p < 1), on the synthesized tasks of `configs/loop_real.yaml`.
 
     .venv/bin/python bench/policy.py [--config configs/loop_real.yaml] [--k 8] [--heldout-tasks 0]
-                                     [--base] [--set KEY=VALUE ...] [--out bench/results/policy-warmstart.json]
+                                     [--frontier-tasks 0] [--base] [--set KEY=VALUE ...]
+                                     [--out bench/results/policy-warmstart.json]
 
 1. The warm start the config names (cached: `warmstart.source: mutations` trains it on the first run).
 2. A step-0 run: the policy RL would start from (the warm-started model under RL's fresh, zero LoRA adapter) saved
@@ -48,16 +49,18 @@ def measure(cfg, run: Path, k: int, heldout_tasks: int, log) -> dict:
     return evaluate_heldout(held, run, max_tasks=heldout_tasks, k=k, log=log)
 
 
-def frontier(cfg, run: Path, log) -> dict:
+def frontier(cfg, run: Path, log, max_tasks: int = 0) -> dict:
     from trainer.checkpoint import latest_checkpoint, load_state
     from trainer.frontier import ensure_frontier
     from trainer.judging import Judge
     from trainer.policy import build_policy
     from trainer.rollout import make_backend
     from trainer.sandbox_pool import SandboxPool
-    from trainer.tasks import load_instances
+    from trainer.tasks import fixed_subset, load_instances
 
     instances = load_instances(cfg)
+    # a fixed subset estimates the share at a fraction of the cost (its own cache: the task set is in the key)
+    instances = {i: instances[i] for i in fixed_subset(sorted(instances), max_tasks)}
     ckpt = latest_checkpoint(run)
     pool = SandboxPool(cfg.sandbox, cfg.tasks.repos_path(), run_id=f"frontier-{run.name}")
     policy = build_policy(cfg, instances, ckpt=ckpt, state=load_state(ckpt), log=log)
@@ -75,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heldout-tasks", type=int, default=0, help="a fixed subset of the held-out split (0: all)")
     ap.add_argument("--base", action="store_true", help="also measure the pretrained model without a warm start")
     ap.add_argument("--no-frontier", action="store_true", help="skip the frontier estimate")
+    ap.add_argument("--frontier-tasks", type=int, default=0,
+                    help="estimate the frontier share on a fixed subset of the training tasks (0: all)")
     ap.add_argument("--work", type=Path, default=ROOT / ".gagar" / "bench-policy")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "policy-warmstart.json")
@@ -91,14 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     t0, load0 = time.monotonic(), os.getloadavg()
     out: dict = {"config": str(args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config),
                  "overrides": args.overrides, "k": args.k, "edit_format": cfg.rollout.edit_format,
-                 "backend": cfg.rollout.backend}
+                 "backend": cfg.rollout.backend, "frontier_tasks": args.frontier_tasks}
     run = args.work / f"warm-{cfg.rollout.edit_format}"
     held = measure(cfg, run, args.k, args.heldout_tasks, log)
     out["warmstart"] = json.loads((Path(held_base(run)) / "gagar_warmstart.json").read_text()) \
         if (Path(held_base(run)) / "gagar_warmstart.json").is_file() else None
     out["heldout"] = {key: v for key, v in held.items() if key != "settings"}
     if not args.no_frontier:
-        out["frontier"] = frontier(cfg, run, log)
+        out["frontier"] = frontier(cfg, run, log, args.frontier_tasks)
     if args.base:
         base_cfg = cfg.model_copy(update={"warmstart": cfg.warmstart.model_copy(update={"enabled": False})})
         base = measure(base_cfg, args.work / f"base-{cfg.rollout.edit_format}", args.k, args.heldout_tasks, log)

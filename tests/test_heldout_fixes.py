@@ -176,3 +176,19 @@ def test_heldout_draws_are_seeded(tmp_path_factory) -> None:
     first = tokens(cfg)
     assert tokens(cfg) == first
     assert tokens(cfg.model_copy(update={"seed": 1})) != first
+
+
+def test_outcomes_say_what_the_answers_got_wrong() -> None:
+    """Held-out figures count each answer once: a format error by its reason (without its specifics), an unchanged
+    answer, the sandbox's status of a well-formed wrong fix, a pass."""
+    from trainer.experiments.heldout import outcomes
+
+    rows = [{"passed": False, "format_error": "the code does not parse (invalid syntax, line 3)", "patch": ""},
+            {"passed": False, "format_error": "the code does not parse (unexpected indent, line 9)", "patch": ""},
+            {"passed": False, "format_error": "the answer must be the whole function `f`, and only it", "patch": ""},
+            {"passed": False, "format_error": None, "patch": "", "status": "empty_patch"},
+            {"passed": False, "format_error": None, "patch": "--- a/x\n", "status": "unresolved"},
+            {"passed": True, "format_error": None, "patch": "--- a/x\n", "status": "resolved"}]
+    assert outcomes(rows) == {"format: the code does not parse": 2,
+                              "format: the answer must be the whole function, and only it": 1,
+                              "no change": 1, "unresolved": 1, "passed": 1}

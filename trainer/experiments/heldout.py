@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,7 +161,8 @@ def judged(groups: list[RolloutGroup]) -> list[dict[str, Any]]:
     """Each answer's verdict as training reads it (`RolloutGroup.passed`: resolved, not tampered, no hack the
     grader found; `valid`: the sandbox could run it), with what the summary needs of it."""
     return [{"task": g.instance.instance_id, "patch": t.patch, "passed": p, "valid": v, "hacked": r.hacked,
-             "grader_hack": r.rollout_id in g.grader_hacks, "format_error": t.format_error, "tokens": t.policy_tokens}
+             "grader_hack": r.rollout_id in g.grader_hacks, "format_error": t.format_error, "tokens": t.policy_tokens,
+             "status": r.status}
             for g in groups for t, r, p, v in zip(g.trajs, g.results, g.passed, g.valid, strict=True)]
 
 
@@ -214,4 +217,22 @@ def summarize(greedy: list[dict[str, Any]], sampled: list[dict[str, Any]], scope
         "hacks_grader": sum(r["grader_hack"] for r in every),
         "format_errors": sum(r["format_error"] is not None for r in every),
         "infra_errors": sum(not r["valid"] for r in every),
+        "outcomes": outcomes(every),
     }
+
+
+def outcomes(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """What the answers got wrong, one count per answer: `format: <reason>` (the answer did not parse in its edit
+    format; the reason without its specifics), `no change` (it returned the code as shown), else the sandbox's
+    status (`unresolved`: a well-formed patch, the wrong fix), and `passed`."""
+    counts: Counter[str] = Counter()
+    for r in rows:
+        if r["passed"]:
+            counts["passed"] += 1
+        elif r["format_error"] is not None:
+            counts["format: " + re.sub(r"\s*\(.*|\s*`[^`]*`", "", r["format_error"]).strip()] += 1
+        elif not r["patch"].strip():
+            counts["no change"] += 1
+        else:
+            counts[r.get("status") or "not passed"] += 1
+    return dict(counts.most_common())
