@@ -45,3 +45,25 @@ def test_contrasts_say_what_differs_beyond_the_seed_spread() -> None:
     assert set(table) == {"grpo+gagar - grpo", "control - grpo", "grpo - control", "grpo+gagar - control"}
     assert table["grpo - control"]["train.pass_rate"]["beyond_spread"]
     assert not table["grpo+gagar - grpo"]["train.pass_rate"]["beyond_spread"]
+
+
+def test_the_estimate_counts_a_shared_warm_start_and_frontier_once(tmp_path: Path) -> None:
+    """The estimate printed first: answers per step × steps × unfinished runs, plus the mutation warm start and the
+    frontier estimate once (every seed and arm shares them), plus greedy + k held-out answers per task and run.
+    Before, the warm start was counted once per seed, the frontier not at all, and a step cost the same whatever
+    its number of answers."""
+    import json
+
+    from trainer.experiments.loop import TIMING, LoopExperiment
+
+    exp = LoopExperiment(config=ROOT / "configs" / "loop_real.yaml", arms=["grpo", "control"], seeds=3, steps=2,
+                         work=tmp_path, tasks_dir=None, heldout_split="heldout", heldout_tasks=4, heldout_k=2)
+    done = exp.run_dir("grpo", 0)
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"steps": 2}))
+    t, est = TIMING["smol"], exp.estimate_s()
+    assert est["steps"] == pytest.approx(5 * 2 * 4 * 8 * t["answer_s"])  # 5 runs left, 4 tasks × 8 answers a step
+    assert est["warm_start"] == pytest.approx(t["warm_s"])
+    assert est["frontier"] == pytest.approx(252 * 8 * t["sample_s"])
+    assert est["heldout"] == pytest.approx(5 * 4 * 3 * t["sample_s"])
+    assert est["total"] == pytest.approx(sum(v for k, v in est.items() if k != "total"))

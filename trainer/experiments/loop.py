@@ -44,10 +44,13 @@ METRICS = ("pass_rate", "minimal_share", "passing_diff_lines", "passing_files", 
            "check_s", "rank_s", "update_s", "step_s")
 HELDOUT = ("pass1_greedy", "pass1_sampled", "passing_diff_lines", "passing_files", "scope_creep",
            "out_of_scope_lines", "tokens_mean", "hacks_sandbox", "hacks_grader", "format_errors")
-# Wall-clock seconds per RL step, per warm start and per held-out task (greedy + k samples), per config, measured
-# by this experiment's own runs on the 2-core machine (smol: the loop_real pilot at load 5, 8 rollouts of up to
-# 192 tokens a step, 48 warm-start examples × 2 epochs, k = 2); used only for the estimate printed first.
-TIMING = {"tiny": (9.0, 60.0, 2.0), "smol": (280.0, 770.0, 53.0)}
+# Wall-clock seconds, measured on the 2-core machine, used only for the estimate printed first: per answer of an RL
+# step (sampling, scoring, update, sandbox, grading), per answer sampled and judged without an update (held-out,
+# frontier), and per warm start. tiny: this experiment's own runs (12 answers a step in 9 s). smol: the demo's
+# vLLM step (230 s for 8 answers, load 10-25: README), the held-out measurement of the mutation-warm-started policy
+# (bench/results/policy-warmstart.json) and its warm start under the 35-minute budget of configs/loop_real.yaml.
+TIMING = {"tiny": {"answer_s": 0.75, "sample_s": 0.2, "warm_s": 60.0},
+          "smol": {"answer_s": 29.0, "sample_s": 12.0, "warm_s": 2400.0}}
 
 
 @dataclass
@@ -88,13 +91,26 @@ class LoopExperiment:
 
         return load_config(self.config, self.overrides(arm, seed))
 
-    def estimate_s(self) -> float:
-        step_s, warm_s, task_s = TIMING["smol" if "smol" in str(self.config_for(self.arms[0], 0).model.name_or_path)
-                                       else "tiny"]
+    def estimate_s(self) -> dict[str, float]:
+        """Seconds still to spend, by part (the runs not finished yet; the warm start and the frontier estimate
+        once when every seed shares them), and their sum under "total"."""
+        from trainer.tasks import load_instances
+
+        cfg = self.config_for(self.arms[0], 0)
+        t = TIMING["smol" if "smol" in str(cfg.model.name_or_path) else "tiny"]
         todo = [(a, s) for a in self.arms for s in range(self.seeds) if not _done(self.run_dir(a, s), self.steps)]
-        seeds_to_warm = len({s for _, s in todo})
-        heldout = len(todo) * (self.heldout_tasks or 1) * task_s if self.heldout_split else 0.0
-        return len(todo) * self.steps * step_s + seeds_to_warm * warm_s + heldout
+        shared = cfg.warmstart.source == "mutations"  # keyed by warmstart.seed, not the run's seed
+        warm = (1 if todo and shared else len({s for _, s in todo})) * t["warm_s"] if cfg.warmstart.enabled else 0.0
+        r = cfg.rollout
+        part = {"steps": len(todo) * self.steps * r.tasks_per_step * r.n * t["answer_s"], "warm_start": warm,
+                "frontier": (len(load_instances(cfg)) * cfg.tasks.frontier_k * t["sample_s"]
+                             if todo and cfg.tasks.frontier_k else 0.0),
+                "heldout": 0.0}
+        if self.heldout_split and todo:
+            held = self.heldout_tasks or len(load_instances(cfg.model_copy(update={"tasks": cfg.tasks.model_copy(
+                update={"split": self.heldout_split, "frontier_k": 0})})))
+            part["heldout"] = len(todo) * held * (1 + self.heldout_k) * t["sample_s"]
+        return {**part, "total": sum(part.values())}
 
 
 def _done(run: Path, steps: int) -> bool:
