@@ -119,7 +119,7 @@ def _fmt(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "advantage.json")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, loop only up to 4096 groups")
     args = ap.parse_args(argv)

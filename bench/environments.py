@@ -118,7 +118,7 @@ def _save(key_values: dict) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--no-rebuild", action="store_true")
     ap.add_argument("--swebench-table", action="store_true", help="only the per-spec SWE-bench table (no Docker)")

@@ -159,7 +159,7 @@ def fresh_section(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", default=str(ROOT / ".gagar" / "tasks"))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "hacks.json"))

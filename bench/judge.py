@@ -1,6 +1,6 @@
 """The learned judge on groups from repositories it never saw: the table of `make judge`.
 
-    python bench/judge.py --data .gagar/judge/data --base .gagar/models/base/smollm2-135m-instruct \
+    python bench/judge.py --data .gagar/judge/data --base smollm2-135m-instruct \
                           --adapter .gagar/models/judge
 
 The held-out groups (`val_groups.jsonl` of `gagar sft data --split repo`: every instance of a held-out repository,
@@ -154,7 +154,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=ROOT / ".gagar/judge/data")
     p.add_argument("--repos-dir", type=Path, help="default: the data's repos dir (its manifest names it)")
     p.add_argument("--base", default="smollm2-135m-instruct", help="base model: registry name, path or hub id")

@@ -65,7 +65,7 @@ def frontier(cfg, run: Path, log, max_tasks: int = 0) -> dict:
     pool = SandboxPool(cfg.sandbox, cfg.tasks.repos_path(), run_id=f"frontier-{run.name}")
     policy = build_policy(cfg, instances, ckpt=ckpt, state=load_state(ckpt), log=log)
     backend = make_backend(cfg, policy.model, policy.tokenizer, str(run), base_path=policy.base_path)
-    judge = Judge(cfg.grader, cfg.tasks.repos_path(), sandbox=pool.config)
+    judge = Judge(cfg.grader, cfg.tasks.repos_path(), sandbox=pool.config, models_root=cfg.model.cache_dir)
     ensure_frontier(cfg, policy.base_path, backend, policy.tokenizer, instances, pool, judge, run, log)
     record = json.loads((run / "frontier.json").read_text())
     return {k: v for k, v in record.items() if k not in ("rates", "kept")}

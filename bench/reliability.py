@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from hardening.agent_git import run_agent_git  # noqa: E402
 from hardening.faults import EngineError  # noqa: E402
+from hardening.forging4 import run as run_forging4  # noqa: E402
 from hardening.grader_cases import run_hostile_judge, run_hostile_patches, run_injection  # noqa: E402
 from hardening.harness import docker_reason, run_corpus  # noqa: E402
 from hardening.load import run_load  # noqa: E402
@@ -42,7 +43,7 @@ def _timed(fn, *args, **kw) -> tuple[dict, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--load", type=int, default=200, help="evaluations in the load test (default 200)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="workers under load (default: cores)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reliability.json")
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             ("grader_hostile_patches", run_hostile_patches, {}),
             ("grader_injection", run_injection, {}),
             ("agent_git", run_agent_git, {}),
+            ("forging4", run_forging4, {"workers": args.workers}),
         ]:
             d = scratch / name
             d.mkdir()
@@ -114,12 +116,15 @@ def _figures(sections: dict[str, dict]) -> dict:
     grader = sections.get("grader_hostile_replies", {})
     scenarios = ["engine_crash", "sigint", "sigterm", "report_dir", "grader_hostile_patches", "grader_injection"]
     agent_git = sections.get("agent_git", {})
-    tried = corpus.get("cases_tried", 0) + grader.get("scripts", 0) + len(scenarios) + agent_git.get("tried", 0)
+    f4 = sections.get("forging4", {})
+    f4_bad = len({p.split(":")[0] for p in f4.get("problems", [])})  # "case on instance (...): why"
+    tried = (corpus.get("cases_tried", 0) + grader.get("scripts", 0) + len(scenarios) + agent_git.get("tried", 0)
+             + f4.get("tried", 0))
     failed = [f"{name}: {p}" for name, s in sections.items() for p in s.get("problems", [])]
     grader_failed = len({p.split(":")[0] for p in grader.get("problems", [])})
     contained = (corpus.get("contained", 0) + grader.get("scripts", 0) - grader_failed
                  + sum(1 for n in scenarios if n in sections and not sections[n].get("problems"))
-                 + agent_git.get("contained", 0))
+                 + agent_git.get("contained", 0) + max(f4.get("tried", 0) - f4_bad, 0))
     load = sections.get("load", {})
     lost = corpus.get("lost_results", 0) + sum(sections.get(n, {}).get("lost", 0) for n in
                                                ("engine_crash", "sigint", "sigterm")) + load.get("lost_results", 0)
@@ -147,12 +152,17 @@ def _figures(sections: dict[str, dict]) -> dict:
         "forging_remaining": corpus.get("forging", {}).get("remaining"),
         "agent_git_tried": agent_git.get("tried"),
         "agent_git_contained": agent_git.get("contained"),
+        "forging4_tried": f4.get("tried"),
+        "forging4_resolved": f4.get("forged"),
+        "forging4_rejected": f4.get("rejected"),
+        "forging4_flagged": f4.get("flagged"),
+        "forging4_gold_resolved": f4.get("gold_resolved"),
         "failed_checks": failed,
     }
 
 
 LABELS = {
-    "cases_tried": "cases tried (corpus + faults + grader scripts + agent-path git cases)",
+    "cases_tried": "cases tried (corpus + faults + grader scripts + agent-path git cases + forging round 4)",
     "contained": "contained (expected outcome, nothing escaped)",
     "known_limits": "known limits (tried, reported, not counted as contained)",
     "lost_results": "lost results",
@@ -174,6 +184,11 @@ LABELS = {
     "forging_remaining": "report forging: still possible (come out resolved)",
     "agent_git_tried": "agent path: git attacks and no-future probes tried (hardening/agent_git.py)",
     "agent_git_contained": "agent path: contained (no host marker, no secret, no future, plant proved live)",
+    "forging4_tried": "forging round 4: attack rollouts tried (hardening/forging4.py, 18 shapes x 2 test commands)",
+    "forging4_resolved": "forging round 4: attack rollouts resolved (the forgery worked)",
+    "forging4_rejected": "forging round 4: rejected before anything was written",
+    "forging4_flagged": "forging round 4: unresolved and flagged tampered_tests or suspicious_report",
+    "forging4_gold_resolved": "forging round 4: gold resolved (of 2 test commands)",
     "seconds": "suite wall time (s)",
 }
 

@@ -124,7 +124,7 @@ def rl_step(engine: str, args, work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     p.add_argument("--set", action="append", default=[], help="config override section.key=value (repeatable)")
     p.add_argument("--tasks", type=int, default=4)

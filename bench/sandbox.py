@@ -74,7 +74,7 @@ def sandbox_run(inst: Instance, preds: list[Prediction], cfg: SandboxConfig) -> 
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", type=Path, help="bundled tasks dir (built into a temp dir when omitted)")
     p.add_argument("--instance", help="instance id (default: the first Python task)")
     p.add_argument("--repeats", type=int, default=7)

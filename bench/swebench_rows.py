@@ -125,7 +125,7 @@ def derive(rows: list[dict], bases: dict[str, str], data: list[dict], repos_dir:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", action="append", default=[], help="owner/name=PATH_OR_URL to clone from")
     ap.add_argument("--only", action="append", default=[], help="only these repos (owner/name)")
     ap.add_argument("--derive", action="store_true", help="recompute FAIL_TO_PASS/PASS_TO_PASS into the data file")

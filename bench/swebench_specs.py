@@ -31,7 +31,7 @@ def _jsonable(v):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     try:

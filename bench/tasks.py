@@ -185,7 +185,7 @@ def main() -> int:
         return 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if len(sys.argv) > 1 and sys.argv[1] == "check":
-        cp = argparse.ArgumentParser(prog="bench/tasks.py check")
+        cp = argparse.ArgumentParser(allow_abbrev=False, prog="bench/tasks.py check")
         cp.add_argument("--out", type=Path, required=True, help="the work dir of a finished run")
         cp.add_argument("--max-workers", type=int, default=2)
         cp.add_argument("--sample", type=int, help="check only the first N tasks of each project")
@@ -196,7 +196,7 @@ def main() -> int:
         atomic_write_text(RESULT, json.dumps(result, indent=2) + "\n")
         print(json.dumps({k: v for k, v in result["check"].items() if k != "reasons"}, indent=2))
         return 0
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="work dir (default: a fresh temp dir)")
     ap.add_argument("--max-workers", type=int, default=2)
     ap.add_argument("--max-tasks", type=int, help="tasks per project (default: the sources file's)")

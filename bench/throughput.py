@@ -256,7 +256,7 @@ def measure(workers: int, repeats: int, trees, insts, preds, cfg, ray_ex) -> dic
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", type=Path, help="bundled tasks dir (built into a temp dir when omitted)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--runtime", help="OCI runtime for the containers (e.g. crun; default: the engine's)")

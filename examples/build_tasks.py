@@ -323,7 +323,7 @@ def build_tasks(out_dir: str | os.PathLike[str], only: list[str] | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output directory (e.g. .gagar/tasks)")
     parser.add_argument("--only", nargs="*", help="task directory names to build (default: all)")
     parser.add_argument("--tasks-dir", type=Path, help="where the task dirs are (default examples/tasks; "

@@ -179,7 +179,7 @@ def check_baseline(tasks_dir: Path, instance: dict[str, Any], docker: bool = Fal
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Verify the bundled tasks' expected verdicts.")
+    parser = argparse.ArgumentParser(allow_abbrev=False, description="Verify the bundled tasks' expected verdicts.")
     parser.add_argument("--tasks", required=True, type=Path, help="the --out dir of build_tasks.py")
     parser.add_argument("--only", nargs="*", help="instance ids")
     parser.add_argument("--language", nargs="*", default=["python", "go", "java"])

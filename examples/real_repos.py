@@ -15,20 +15,25 @@ repositories is shipped with gagar.
 """
 import argparse
 import json
-import subprocess
+import sys
+from pathlib import Path
 
-ap = argparse.ArgumentParser()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sandbox.integrity import gitsafe  # noqa: E402
+
+ap = argparse.ArgumentParser(allow_abbrev=False)
 ap.add_argument("--repos-dir", required=True)
 ap.add_argument("--out", required=True)
 args = ap.parse_args()
 R, OUT = args.repos_dir, args.out
-subprocess.run(["mkdir", "-p", OUT], check=True)
+Path(OUT).mkdir(parents=True, exist_ok=True)
 def git(repo, *a):
-    return subprocess.run(["git", "-C", f"{R}/{repo}", *a], capture_output=True, text=True, check=True).stdout
+    return gitsafe.source_git(f"{R}/{repo}", *a)
+PLAIN = ("--no-color", "--no-ext-diff", "--no-textconv")  # the diff as git computes it, no driver of the clone's
 def inst(iid, repo, base, fix, test_commit, test_paths, src_paths, f2p, p2p, test_cmd, framework, env=None, version=None):
     d = {"instance_id": iid, "repo": repo, "base_commit": base,
-         "patch": git(repo.replace("/", "__"), "diff", base, fix, "--", *src_paths),
-         "test_patch": git(repo.replace("/", "__"), "diff", base, test_commit, "--", *test_paths),
+         "patch": git(repo.replace("/", "__"), "diff", *PLAIN, base, fix, "--", *src_paths),
+         "test_patch": git(repo.replace("/", "__"), "diff", *PLAIN, base, test_commit, "--", *test_paths),
          "FAIL_TO_PASS": json.dumps(f2p), "PASS_TO_PASS": json.dumps(p2p),  # as SWE-bench ships them
          "problem_statement": "", "hints_text": "", "created_at": "2022-03-08T00:00:00Z",
          "test_cmd": test_cmd, "test_framework": framework, "environment_setup_commit": base}

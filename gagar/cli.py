@@ -16,6 +16,8 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from gagar.args import ArgumentParser
+
 
 @dataclass(frozen=True)
 class Command:
@@ -42,6 +44,7 @@ COMMANDS: dict[str, Command] = {
         ("eval", "a judge against known orders: top-1, pairwise accuracy, Kendall tau"),)),
     "serve": Command("inference.serve", "main", "serve a model (+ PEFT adapter) over the OpenAI API (chat, completions)"),
     "sft": Command("sft.cli", "main", "judge training data, fine-tuning and evaluation", (
+        ("history", "gold fixes mined from real repositories' histories, as instances (split by repository)"),
         ("data", "judge training records with known-order labels"),
         ("train", "SFT of the judge from a YAML config (TRL SFTTrainer + PEFT)"),
         ("eval", "a judge model against the heuristic ranker on held-out labels"))),
@@ -73,11 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: one subparser per command, one per nested subcommand (help and choice only)."""
     from gagar import __version__
 
-    p = argparse.ArgumentParser(prog="gagar", description="RL post-training for code agents: a hardened Docker "
-                                "sandbox, an agentic patch grader and GAPO/GAGAR advantages.",
-                                epilog="Run `gagar COMMAND --help` (or `gagar COMMAND SUBCOMMAND --help`) for its "
-                                "options.",
-                                formatter_class=_Formatter)
+    p = ArgumentParser(prog="gagar", description="RL post-training for code agents: a hardened Docker "
+                       "sandbox, an agentic patch grader and GAPO/GAGAR advantages.",
+                       epilog="Run `gagar COMMAND --help` (or `gagar COMMAND SUBCOMMAND --help`) for its "
+                       "options.",
+                       formatter_class=_Formatter)
     p.add_argument("-V", "--version", action="version", version=f"gagar {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for word, cmd in COMMANDS.items():

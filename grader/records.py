@@ -256,6 +256,71 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         raise InputError(str(exc)) from exc
 
 
+def load_results(path: str | Path) -> list[EvalResult]:
+    """A `gagar eval` results.jsonl (the sandbox's `EvalResult` lines), strictly: a line that is not a result
+    record is an InputError naming it."""
+    out = []
+    for i, r in enumerate(read_jsonl(path), 1):
+        if not r.get("instance_id") or r.get("rollout_id") is None:
+            raise InputError(f"{path}: line {i} lacks instance_id or rollout_id (is it a results.jsonl?)")
+        try:
+            out.append(EvalResult.from_dict({"model_name_or_path": "unknown", **r}))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{path}: line {i} is not a result record ({exc})") from exc
+    return out
+
+
+def groups_from_run(instances: Mapping[str, Instance], results: list[EvalResult],
+                    patches: Mapping[tuple[str, str], str], *, image: str | None = None,
+                    source: str = "the results") -> tuple[list[Group], list[str]]:
+    """One group per instance of `results` (in their order) with its passing rollouts, and notes on what was left
+    out. `patches`: (instance_id, rollout_id) -> the evaluated patch; `image`: the `--image` the run used.
+    Raises InputError when a result's patch or instance is not the one the sandbox evaluated: each result's
+    `verdict_key` (the sha256 the sandbox recorded of the patch and the instance fields that decide its verdict)
+    must still match, or a prediction edited since the run would be graded with a verdict about another one."""
+    from sandbox.report import verdict_key
+
+    notes: list[str] = []
+    by_inst: dict[str, list[EvalResult]] = {}
+    for r in results:
+        by_inst.setdefault(r.instance_id, []).append(r)
+    unknown = [iid for iid in by_inst if iid not in instances]
+    if unknown:
+        notes.append(f"{len(unknown)} instance(s) of {source} not in the instances file, left out: "
+                     + ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else ""))
+    changed, no_patch = [], []
+    for iid, rows in by_inst.items():
+        for r in rows:
+            if iid not in instances or not r.passed:
+                continue
+            patch = patches.get(r.key)
+            if patch is None:
+                no_patch.append(f"{iid}::{r.rollout_id}")
+            elif r.verdict_key and verdict_key(instances[iid], patch, image) != r.verdict_key:
+                changed.append(f"{iid}::{r.rollout_id}")
+    if changed:
+        raise InputError(
+            f"{len(changed)} passing result(s) of {source} were evaluated with another patch or instance than the "
+            f"ones given ({', '.join(changed[:5])}{' …' if len(changed) > 5 else ''}): run `gagar eval` again on "
+            "these predictions and instances (or give the --image that run used)")
+    if no_patch:
+        notes.append(f"{len(no_patch)} passing result(s) have no prediction with a patch, left out: "
+                     + ", ".join(no_patch[:5]) + (" …" if len(no_patch) > 5 else ""))
+    groups, empty = [], 0
+    for iid, rows in by_inst.items():
+        if iid not in instances:
+            continue
+        group = Group.from_results(instances[iid], rows, {r.rollout_id: patches[r.key] for r in rows
+                                                          if r.key in patches})
+        if group.candidates:
+            groups.append(group)
+        else:
+            empty += 1
+    if empty:
+        notes.append(f"{empty} instance(s) with no passing rollout: nothing to grade")
+    return groups, notes
+
+
 def load_groups(path: str | Path) -> list[Group]:
     rows = read_jsonl(path)
     groups = [Group.from_dict(r, f"{path}: group {i + 1}") for i, r in enumerate(rows)]

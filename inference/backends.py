@@ -15,6 +15,7 @@ def make_backend(
     base_url: str | None = None,
     tokenizer: Any = None,
     work_dir: str | None = None,
+    models_root: str | None = None,
     **engine: Any,
 ) -> Any:
     """Build a backend; raises ValueError with an actionable message.
@@ -28,7 +29,9 @@ def make_backend(
     if kind in ("transformers", "vllm", "vllm-server") and isinstance(model, str) and model:
         from inference.models import resolve_model
 
-        model = resolve_model(model)  # a registry name (`gagar model pull`) → its local directory
+        # a registry name (`gagar model pull`) → its local directory, in `models_root` (the trainer's
+        # model.cache_dir) or the per-user cache
+        model = resolve_model(model, models_root)
     if kind == "transformers":
         if model is None or model == "":
             raise ValueError("--backend transformers needs --model PATH_OR_ID")

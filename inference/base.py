@@ -16,14 +16,14 @@ class BackendError(RuntimeError):
 @dataclass
 class Sample:
     token_ids: list[int]  # the completion only, as sampled (eos included when the model emitted it)
-    text: str
+    text: str  # decoded token_ids, without the eos token's text (as vLLM)
     finish_reason: str  # "stop" (eos or a stop string) | "length"
     # The sampled tokens' log-probs as the engine reports them (None: not asked for, or not given). From
     # `TransformersBackend.sample` with SamplingParams.logprobs: under the model's raw distribution, or with
     # logprobs_mode="processed" under the one sampled from (after temperature, top-k, top-p: vLLM's
     # processed_logprobs); plus the `logprobs` most likely (token id, log-probability) of each step. The trainer
     # reads a rollout's as log π_sampler (truncated importance sampling): the sampling distribution's, so a server
-    # feeding it runs in processed mode (vLLM, gagar serve: --logprobs-mode processed_logprobs).
+    # feeding it runs in processed mode (vLLM: --logprobs-mode processed_logprobs; gagar serve's default).
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
     stop_reason: str | int | None = None  # the stop string matched, or the eos id; None at the length limit

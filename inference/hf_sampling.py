@@ -95,11 +95,12 @@ def _rows_class():
                 if logp is not None:
                     row.logprobs.append(float(logp[r, tok]))
                     row.top_logprobs.append(list(zip(top_ids[r], top_vals[r], strict=True)) if k else [])
+                eos = tok in self.eos_ids
                 if self.live_text:
                     prev = len(row.text)
-                    row.text = self._decode(row.token_ids)
+                    row.text = self._decode(row.token_ids[:-1] if eos else row.token_ids)
                     self._check_stop(row, prev)
-                if row.finish is None and tok in self.eos_ids:
+                if row.finish is None and eos:
                     row.finish, row.stop_reason = "stop", tok
                 if row.finish is None and len(row.token_ids) >= self.p.max_new_tokens:
                     row.finish = "length"
@@ -205,7 +206,7 @@ def generate_rows(model: Any, tokenizer: Any, prompts: list[list[int]], params: 
         model.train(was_training)
     out = []
     for row in rows.rows:
-        if not rows.live_text:
-            row.text = rows._decode(row.token_ids)
+        if not rows.live_text:  # the eos token's text is never part of the text (vLLM's too)
+            row.text = rows._decode(row.token_ids[:-1] if isinstance(row.stop_reason, int) else row.token_ids)
         out.append(row.sample(params.logprobs is not None))
     return out

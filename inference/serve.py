@@ -7,8 +7,9 @@ with `return_tokens_as_token_ids` — what the trainer's openai rollout backend 
 is in `inference.serve_api`. `stream=true` answers with server-sent events in OpenAI's chunk format, ending with
 `data: [DONE]`, as `vllm serve` does.
 
-The model is any local Hugging Face directory or hub id (`--model`), optionally with a PEFT adapter on top
-(`--adapter`). A request's n samples (and a completions request's prompts) are generated as one left-padded
+The model is a registry model name (`gagar model ls`, pulled on first use), a local Hugging Face directory or a
+hub id (`--model`), optionally with a PEFT adapter on top (`--adapter`), served under `--served-model-name`
+(default: `--model` as given, as vLLM does, `+ADAPTER` added with an adapter). A request's n samples (and a completions request's prompts) are generated as one left-padded
 batch; requests are served one at a time (`TransformersBackend` holds one lock), so a `seed` reproduces a
 sample whatever else the server does. This is for CPU users, tests and small models: `vllm serve` is the
 production path. Binds 127.0.0.1 by default: there is no authentication, so exposing it is a deliberate
@@ -17,7 +18,6 @@ production path. Binds 127.0.0.1 by default: there is no authentication, so expo
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import queue
@@ -25,8 +25,10 @@ import socket
 import sys
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from inference.base import BackendError, Sample, SamplingParams
 from inference.serve_api import (
     ApiError,
@@ -46,7 +48,7 @@ from inference.serve_api import (
 class Engine:
     """The backend behind the endpoints: request → prompts and sampling parameters → samples."""
 
-    def __init__(self, backend: Any, served_name: str, max_tokens_cap: int, logprobs_mode: str = "raw") -> None:
+    def __init__(self, backend: Any, served_name: str, max_tokens_cap: int, logprobs_mode: str = "processed") -> None:
         self.backend, self.served_name, self.cap, self.logprobs_mode = backend, served_name, max_tokens_cap, logprobs_mode
         self.tokenizer = backend.tokenizer
         self.vocab = int(getattr(getattr(backend.model, "config", None), "vocab_size", 0) or len(self.tokenizer))
@@ -94,6 +96,12 @@ class Engine:
             out.append(ids)
         return out
 
+    def text(self, smp: Sample, req: Any) -> str:
+        """A sample's text as the API returns it (`visible_text`, with the eos token's text for the request)."""
+        eos = ("" if req.skip_special_tokens or not isinstance(smp.stop_reason, int)
+               else self.tokenizer.decode([smp.stop_reason], skip_special_tokens=False))
+        return visible_text(smp, req.include_stop_str_in_output, eos)
+
     def run(self, prompts: list[list[int]], params: SamplingParams, **kw: Any) -> list[Sample]:
         try:
             return self.backend.sample(prompts, params, **kw)
@@ -113,7 +121,7 @@ def chat_response(eng: Engine, req: ChatRequest, prompt: list[int], samples: lis
         lp = (chat_logprobs(eng.tokenizer, s.token_ids, s.logprobs or [], s.top_logprobs or [],
                             req.return_tokens_as_token_ids) if req.logprobs else None)
         choices.append(Choice(index=i, finish_reason=s.finish_reason, logprobs=lp, message=ChatCompletionMessage(
-            role="assistant", content=visible_text(s, req.include_stop_str_in_output))))
+            role="assistant", content=eng.text(s, req))))
     out = ChatCompletion(id=new_id("chatcmpl"), object="chat.completion", created=now(), model=eng.served_name,
                          choices=choices, usage=usage(len(prompt), sum(len(s.token_ids) for s in samples)))
     return dump(out)
@@ -130,7 +138,7 @@ def completion_response(eng: Engine, req: CompletionRequest, prompts: list[list[
             extra["token_ids"] = list(s.token_ids)
         lp = (completion_logprobs(eng.tokenizer, s.token_ids, s.logprobs or [], s.top_logprobs or [],
                                   req.return_tokens_as_token_ids) if req.logprobs is not None else None)
-        choices.append(CompletionChoice(index=i, text=visible_text(s, req.include_stop_str_in_output),
+        choices.append(CompletionChoice(index=i, text=eng.text(s, req),
                                         finish_reason=s.finish_reason, logprobs=lp, **extra))
     out = Completion(id=new_id("cmpl"), object="text_completion", created=now(), model=eng.served_name,
                      choices=choices, usage=usage(sum(map(len, prompts)), sum(len(s.token_ids) for s in samples)))
@@ -172,7 +180,7 @@ class _Stream:
         if finish is None:
             text = text[: max(0, len(text) - self.hold)]
             return text.rstrip("\ufffd")  # a character whose bytes are not all sampled yet
-        return visible_text(Sample([], text, finish, stop_reason=stop_reason), self.req.include_stop_str_in_output)
+        return self.eng.text(Sample([], text, finish, stop_reason=stop_reason), self.req)
 
     def _chunk(self, choices: list[dict[str, Any]], usage_: Any = None) -> str:
         from openai.types.chat import ChatCompletionChunk
@@ -240,13 +248,15 @@ class _Stream:
 
 
 # ── the app ──────────────────────────────────────────────────────────────────────────────────────────────
-def make_app(backend: Any, served_name: str = "judge", max_tokens_cap: int = 2048, logprobs_mode: str = "raw") -> Any:
+def make_app(backend: Any, served_name: str | None = None, max_tokens_cap: int = 2048,
+             logprobs_mode: str = "processed") -> Any:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
     from openai.types import Model
     from starlette.exceptions import HTTPException
 
+    served_name = served_name or backend.name
     eng = Engine(backend, served_name, max_tokens_cap, logprobs_mode)
     app = FastAPI(title="gagar serve", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -326,45 +336,64 @@ class Server:
         self._uv.should_exit = True
 
 
-def make_server(backend: Any, host: str = "127.0.0.1", port: int = 8000, served_name: str = "judge",
-                max_tokens_cap: int = 2048, logprobs_mode: str = "raw") -> Server:
-    return Server(make_app(backend, served_name, max_tokens_cap, logprobs_mode), host, port)
+def make_server(backend: Any, host: str = "127.0.0.1", port: int = 8000, served_name: str | None = None,
+                max_tokens_cap: int = 2048, logprobs_mode: str = "processed") -> Server:
+    """The server of `backend`, whose model clients name `served_name` (default: the backend's name)."""
+    return Server(make_app(backend, served_name or backend.name, max_tokens_cap, logprobs_mode), host, port)
+
+
+def default_served_name(model: str, adapter: str | None) -> str:
+    """The name clients pass as `model` when --served-model-name is not given: --model as typed (vLLM's rule),
+    with the adapter's folder name after a `+` when one is applied (the base alone is not what is served)."""
+    return model + (f"+{Path(adapter).name or adapter}" if adapter else "")
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar serve", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="a local Hugging Face model directory or a hub id")
+    p = ArgumentParser(prog="gagar serve", description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="a registry model name (`gagar model ls`; pulled on first use), a "
+                   "local Hugging Face model directory, or a hub id")
     p.add_argument("--adapter", help="PEFT adapter directory applied on top of --model")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (no authentication: expose it deliberately)")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on start)")
-    p.add_argument("--served-model-name", default="judge", help="the name clients pass as `model`")
+    p.add_argument("--served-model-name", help="the name clients pass as `model` (default: --model as given, "
+                   "+ADAPTER when --adapter is given, as vLLM names a model after --model)")
     p.add_argument("--max-tokens-cap", type=int, default=2048, help="upper bound on max_tokens per request")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="weights dtype (default: the model's)")
     p.add_argument("--batch-size", type=int, default=16, help="rows per forward batch (n samples × prompts)")
-    p.add_argument("--logprobs-mode", choices=["raw_logprobs", "processed_logprobs"], default="raw_logprobs",
-                   help="log-probs of the model's raw distribution (default, as vLLM) or of the one sampled from, "
-                   "after temperature/top-k/top-p (what the trainer's importance-sampling correction needs)")
+    p.add_argument("--logprobs-mode", choices=["raw_logprobs", "processed_logprobs"], default="processed_logprobs",
+                   help="processed_logprobs (default): log-probs of the distribution sampled from, after "
+                   "temperature/top-k/top-p, which the trainer's importance-sampling correction needs; raw_logprobs: "
+                   "the model's own distribution (vLLM's default; for scoring text)")
     args = p.parse_args(argv)
     if args.max_tokens_cap < 1 or args.batch_size < 1:
         print("gagar serve: error: --max-tokens-cap and --batch-size must be at least 1", file=sys.stderr)
         return 2
     from inference.hf import TransformersBackend
+    from inference.models import REGISTRY, ModelError, resolve_model
 
+    name = args.served_model_name or default_served_name(args.model, args.adapter)
     try:
-        backend = TransformersBackend(args.model, args.adapter, device=args.device, dtype=args.dtype,
+        path = resolve_model(args.model)  # a registry name → its pulled directory, as training and the judge do
+        backend = TransformersBackend(path, args.adapter, device=args.device, dtype=args.dtype,
                                       batch_size=args.batch_size)
+    except ModelError as exc:
+        print(f"gagar serve: error: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError, ImportError) as exc:
-        print(f"gagar serve: error: cannot load {args.model}: {exc}", file=sys.stderr)
+        hint = "" if Path(args.model).expanduser().exists() else (
+            f" (--model is neither a local directory nor a registry model — `gagar model ls` lists those: "
+            f"{', '.join(sorted(REGISTRY))}; `gagar model pull NAME` fetches one — so it was tried as a hub id)")
+        print(f"gagar serve: error: cannot load {args.model}: {exc}{hint}", file=sys.stderr)
         return 2
     try:
-        server = make_server(backend, args.host, args.port, args.served_model_name, args.max_tokens_cap,
+        server = make_server(backend, args.host, args.port, name, args.max_tokens_cap,
                              args.logprobs_mode.removesuffix("_logprobs"))
     except OSError as exc:
         print(f"gagar serve: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     host, port = server.server_address[:2]
-    print(f"gagar serve: serving {args.served_model_name!r} on http://{host}:{port}/v1", flush=True)
+    print(f"gagar serve: serving {name!r} on http://{host}:{port}/v1", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ OpenAI error body naming the parameter, unless at their no-op value: tools and f
 server does not have), penalties, `logit_bias`, `echo`, `suffix`, `best_of` other than `n`, non-text
 modalities. Metadata that cannot change what is generated (`user`, `metadata`, ...) is accepted. Any other
 field is refused as unrecognized, as OpenAI does — a silently ignored parameter is a silently wrong result.
+`null` is "not given" for every parameter with a default, as in OpenAI's API and vLLM.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from inference.base import Sample
 
 DEFAULT_TEMPERATURE = 1.0  # both endpoints, as OpenAI's API and `vllm serve`
 MAX_LOGPROBS = 20
 MAX_N = 64
+MAX_ROWS = 256  # completions per /v1/completions request (prompts × n): one request holds the server for all of them
+SEED_RANGE = (-(2**63), 2**63 - 1)  # vLLM's (a torch long); torch.manual_seed refuses what lies beyond
 ACCEPTED = {"user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
             "parallel_tool_calls"}  # cannot change what is generated (parallel_tool_calls: only with tools)
 
@@ -89,13 +92,22 @@ class _Request(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=-1)  # vLLM's extension; 0 or -1: off
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     stream: bool = False
     stream_options: StreamOptions | None = None
     skip_special_tokens: bool = True  # vLLM's extensions from here on
     include_stop_str_in_output: bool = False
     return_token_ids: bool = False
     return_tokens_as_token_ids: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        """`null` means "not given" (OpenAI's API and vLLM): a field with a default takes it."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items()
+                    if not (v is None and k in cls.model_fields and cls.model_fields[k].default is not None)}
+        return data
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else [s for s in (self.stop or [])]
@@ -172,6 +184,11 @@ class CompletionRequest(_Request):
                            param="best_of")
         if not self.prompt or any(isinstance(p, (str, list)) and not p for p in self.prompt_list()):
             raise ApiError(400, "`prompt` must not be empty", param="prompt")
+        rows = len(self.prompt_list()) * self.n
+        if rows > MAX_ROWS:
+            raise ApiError(400, f"{len(self.prompt_list())} prompts × n={self.n} asks for {rows} completions; this "
+                           f"server answers at most {MAX_ROWS} per request: split the prompts over several requests",
+                           param="prompt")
 
     def prompt_list(self) -> list[str | list[int]]:
         """One prompt per entry: a string, or a list of token ids."""
@@ -209,10 +226,14 @@ def now() -> int:
     return int(time.time())
 
 
-def visible_text(smp: Sample, include_stop: bool) -> str:
-    """A sample's text as the API returns it: cut at the stop string it ended on (kept on request)."""
+def visible_text(smp: Sample, include_stop: bool, eos_text: str = "") -> str:
+    """A sample's text as the API returns it: cut at the stop string it ended on (kept on request). The backend's
+    text never holds the eos token's; `eos_text` (its text when special tokens are not skipped) is added only on
+    request (`include_stop_str_in_output`), as vLLM does."""
     text = smp.text
-    if isinstance(smp.stop_reason, str):
+    if isinstance(smp.stop_reason, int) and include_stop:
+        text += eos_text
+    elif isinstance(smp.stop_reason, str):
         i = text.find(smp.stop_reason)
         if i >= 0:
             text = text[: i + (len(smp.stop_reason) if include_stop else 0)]

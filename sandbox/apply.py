@@ -1,20 +1,27 @@
 """Apply a model patch to a work tree with SWE-bench's fallback chain, then restore the task's tests.
 
-`apply_patch(tree, patch, *, base_commit) -> ApplyOutcome(applied, method, log)`
+`apply_patch(tree, patch, *, base_commit) -> ApplyOutcome(applied, method, log, info, changes)`
     Validates the patch (`sandbox.patchcheck.validate_patch`, which raises `PatchRejected` / `EmptyPatch`),
     then tries in order `git apply --verbose`, `git apply --verbose --3way`, `git apply --verbose --reject`
     (counted only when every hunk applied), and `patch --batch --forward --fuzz=5 -p1
     --no-backup-if-mismatch` (skipped for binary patches, which GNU patch cannot apply). The tree is reset to
     `base_commit` (`git reset --hard` + `git clean`) before every try, so a failed try leaves nothing behind.
-    After a successful try the tree is audited: a symlink resolving outside the tree or into `.git`, or any
-    change to `.git` other than git's own bookkeeping, resets the tree and raises `PatchRejected`.
+    Each applier runs with a cap on the size of any file it writes (`RLIMIT_FSIZE`, through `prlimit`).
+    What a try changed is taken from the tree itself (`sandbox.integrity.treefs`: metadata snapshots before and
+    after), never from the parse alone: a change at a path the validated unified diff does not name, more bytes
+    written than the patch can account for, a symlink resolving outside the tree or into `.git`, or any change
+    to `.git` other than git's own bookkeeping resets the tree and raises `PatchRejected`. `changes` lists
+    what the patch really changed; the steps after applying work from it.
 
-`restore_task_tests(tree, *, base_commit, test_patch, model_patch_info) -> RestoreOutcome(tampered, touched, log)`
+`restore_task_tests(tree, *, base_commit, test_patch, model_patch_info, changed) -> RestoreOutcome(tampered, touched, log)`
     Policy: tampering is flagged and reverted, and the verdict is then computed on the task's own tests.
     Every file `test_patch` touches is reset to its `base_commit` state (removed when absent there), as is
-    every `conftest.py`, `pytest.ini` and `tox.ini` the model patch touched, and every `pyproject.toml` /
-    `setup.cfg` whose pytest section it changed; then `test_patch` is applied on top. `tampered` is True when the model patch touched any of these files (`touched` lists them).
-    Raises `TestPatchFailed` when the task's own `test_patch` does not apply (an infrastructure problem).
+    every file pytest reads as configuration that the model patch changed (`sandbox.integrity.pytestcfg`:
+    `conftest.py`, `pytest.ini`, `.pytest.ini`, `pytest.toml`, `.pytest.toml`, `tox.ini`, a symlink at any of
+    these names or at `pyproject.toml` / `setup.cfg`, and a `pyproject.toml` / `setup.cfg` whose pytest content
+    changed); then `test_patch` is applied on top. `tampered` is True when the model patch touched any of these
+    files (`touched` lists them). Raises `TestPatchFailed` when the task's own `test_patch` does not apply (an
+    infrastructure problem).
 
 Git runs through `sandbox.integrity.gitsafe` (trusted configuration only, hooks and drivers off) with the copy's git dir
 named explicitly. That git dir is trusted at this point: the host made the copy from the pristine base and the
@@ -24,7 +31,6 @@ once one has.
 
 from __future__ import annotations
 
-import configparser
 import os
 import shutil
 import subprocess
@@ -33,11 +39,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox.integrity import gitsafe
-from sandbox.patchcheck import DEFAULT_MAX_BYTES, PatchInfo, PatchRejected, _to_bytes, validate_patch
+from sandbox.integrity import gitsafe, pytestcfg, treefs
+from sandbox.patchcheck import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_EXPAND,
+    PatchInfo,
+    PatchRejected,
+    _to_bytes,
+    validate_patch,
+)
 
 APPLY_METHODS = ("git apply", "git apply --3way", "git apply --reject", "patch --fuzz")
-PROTECTED_NAMES = ("conftest.py", "pytest.ini", "tox.ini")
 # Files under .git that git itself rewrites while applying/resetting; anything else changing is suspicious.
 _GIT_BOOKKEEPING = ("objects", "logs", "refs", "rr-cache")
 _GIT_BOOKKEEPING_FILES = ("index", "HEAD", "ORIG_HEAD", "FETCH_HEAD", "packed-refs", "AUTO_MERGE", "MERGE_MSG")
@@ -49,6 +61,14 @@ class ApplyOutcome:
     method: str | None  # one of APPLY_METHODS, or None when nothing applied
     log: str
     info: PatchInfo | None = None
+    changes: list[treefs.Change] = field(default_factory=list)  # what applying changed, read from the tree
+    # Symlinks at pytest configuration names in the tree after applying (pytest reads through them).
+    config_links: list[str] = field(default_factory=list)
+
+    @property
+    def changed_paths(self) -> list[str]:
+        """Every path applying added, modified or deleted (directories included when their type changed)."""
+        return [c.path for c in self.changes if c.kind != "dir" or c.change != "added"]
 
 
 @dataclass
@@ -64,8 +84,8 @@ class TestPatchFailed(RuntimeError):
     __test__ = False  # not a pytest test class
 
 
-def _git(tree: Path, *args: str) -> tuple[int, str]:
-    res = gitsafe.run(*args, git_dir=tree / ".git", work_tree=tree)
+def _git(tree: Path, *args: str, max_file_bytes: int | None = None) -> tuple[int, str]:
+    res = gitsafe.run(*args, git_dir=tree / ".git", work_tree=tree, max_file_bytes=max_file_bytes)
     return res.rc, res.text()
 
 
@@ -126,14 +146,48 @@ def audit_tree(tree: Path, git_before: dict[str, tuple[int, int]] | None = None)
     return problems
 
 
-def _try(tree: Path, method: str, patch_file: str) -> tuple[int, str]:
+def _try(tree: Path, method: str, patch_file: str, max_file_bytes: int) -> tuple[int, str]:
     if method == "patch --fuzz":
         argv = ["patch", "--batch", "--forward", "--fuzz=5", "-p1", "--no-backup-if-mismatch", "-i", patch_file]
+        if gitsafe.PRLIMIT:  # the same cap on any file the applier writes
+            argv = [gitsafe.PRLIMIT, f"--fsize={max_file_bytes}", "--", *argv]
         proc = subprocess.run(argv, cwd=tree, capture_output=True, env={**os.environ, "LC_ALL": "C"})
         out = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         return proc.returncode, out.strip()
     flags = {"git apply": [], "git apply --3way": ["--3way"], "git apply --reject": ["--reject"]}[method]
-    return _git(tree, "apply", "--verbose", *flags, patch_file)
+    return _git(tree, "apply", "--verbose", *flags, patch_file, max_file_bytes=max_file_bytes)
+
+
+def _size(entry: treefs.Entry | None) -> int:
+    return entry.size if entry is not None and entry.kind == "file" else 0
+
+
+def _file_cap(tree: Path, info: PatchInfo, before: dict[str, treefs.Entry], max_expand: int) -> int:
+    """The most any one file written while applying may hold: a patched file (its base size plus the patch),
+    an inflated binary, or git's index (`--3way` rewrites it)."""
+    base = max([_size(before.get(p)) for p in info.paths] + [0])
+    try:
+        index = os.lstat(tree / ".git" / "index").st_size
+    except OSError:
+        index = 0
+    return max_expand + info.size_bytes + max(base, index) + (1 << 20)
+
+
+def _unexpected(changes: list[treefs.Change], info: PatchInfo, before: dict[str, treefs.Entry],
+                max_expand: int) -> list[str]:
+    """What a successful try did that the validated patch does not account for."""
+    allowed = set(info.paths)
+    stray = [c.path for c in changes if c.path not in allowed and not (c.kind == "dir" and c.change == "added")]
+    problems = []
+    if stray:
+        shown = ", ".join(stray[:5]) + (f" (+{len(stray) - 5} more)" if len(stray) > 5 else "")
+        problems.append(f"applying changed {shown}, which the patch's unified diff does not name")
+    written = sum(c.size for c in changes if c.kind == "file")
+    limit = max_expand + info.size_bytes + sum(_size(before.get(c.path)) for c in changes)
+    if written > limit:
+        problems.append(f"applying wrote {written / 2**20:.1f} MiB, more than the patch can account for "
+                        f"({limit / 2**20:.1f} MiB)")
+    return problems
 
 
 def _write_temp(data: bytes) -> str:
@@ -149,11 +203,12 @@ def _require_repo(tree: Path) -> None:
 
 
 def apply_patch(
-    tree: Path, patch: bytes | str, *, base_commit: str, max_bytes: int = DEFAULT_MAX_BYTES, fresh: bool = False
+    tree: Path, patch: bytes | str, *, base_commit: str, max_bytes: int = DEFAULT_MAX_BYTES,
+    max_expand_bytes: int = DEFAULT_MAX_EXPAND, fresh: bool = False
 ) -> ApplyOutcome:
     """Apply `patch` to the git work tree `tree` (reset to `base_commit` first, unless `fresh`: a copy just
     made of a clean checkout of `base_commit`, where the reset's three git calls change nothing); see the
-    module docstring.
+    module docstring. `max_expand_bytes` caps what the patch's git binary hunks may inflate to.
 
     Raises `PatchRejected`/`EmptyPatch` (validation or the post-apply audit); returns
     `ApplyOutcome(applied=False, method=None, log=...)` when no method of the chain applies it, with the tree
@@ -163,7 +218,7 @@ def apply_patch(
     _require_repo(tree)
     if not fresh:
         _reset(tree, base_commit)
-    info = validate_patch(patch, tree, max_bytes=max_bytes)
+    info = validate_patch(patch, tree, max_bytes=max_bytes, max_expand_bytes=max_expand_bytes)
     git_before = _git_state(tree)
     patch_file = _write_temp(info.data)
     log: list[str] = []
@@ -174,15 +229,19 @@ def apply_patch(
                 continue
             if i:
                 _reset(tree, base_commit, info.paths)
-            rc, out = _try(tree, method, patch_file)
+            before = treefs.snapshot(tree)
+            rc, out = _try(tree, method, patch_file, _file_cap(tree, info, before, max_expand_bytes))
             log.append(f"$ {method} (exit {rc})\n{out}")
             if rc != 0:
                 continue
-            problems = audit_tree(tree, git_before)
+            after = treefs.snapshot(tree)
+            changes = treefs.changes(before, after)
+            problems = _unexpected(changes, info, before, max_expand_bytes) + audit_tree(tree, git_before)
             if problems:
                 _reset(tree, base_commit, info.paths)
                 raise PatchRejected("applying the patch produced unsafe results: " + "; ".join(problems))
-            return ApplyOutcome(True, method, "\n".join(log), info)
+            links = [p for p, e in after.items() if e.kind == "link" and pytestcfg.is_config_name(p)]
+            return ApplyOutcome(True, method, "\n".join(log), info, changes, links)
         _reset(tree, base_commit, info.paths)
         return ApplyOutcome(False, None, "\n".join(log), info)
     finally:
@@ -227,31 +286,24 @@ def _restore_path(tree: Path, base_commit: str, rel: str) -> str:
     return f"restored {rel} from base"
 
 
-def _pytest_section(name: str, text: str | None) -> object:
-    """The pytest configuration held by a pyproject.toml / setup.cfg text (None when absent or unreadable)."""
-    if text is None:
-        return None
-    try:
-        if name == "pyproject.toml":
-            import tomllib
-
-            tool = tomllib.loads(text).get("tool", {})
-            return tool.get("pytest") if isinstance(tool, dict) else None
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read_string(text)
-        return dict(parser["tool:pytest"]) if parser.has_section("tool:pytest") else None
-    except Exception:  # unparsable (or no tomllib before 3.11): any difference counts as a change
-        return ("unreadable", text)
-
-
-def _changes_pytest_config(tree: Path, base_commit: str, rel: str) -> bool:
+def _touches_pytest_config(tree: Path, base_commit: str, rel: str, config_links: Iterable[str]) -> bool:
+    """Whether a change at `rel` changes what pytest reads as configuration (`sandbox.integrity.pytestcfg`)."""
     name = rel.rsplit("/", 1)[-1]
-    if name not in ("pyproject.toml", "setup.cfg"):
-        return False
-    rc, before = _git(tree, "cat-file", "blob", f"{base_commit}:{rel}")
     path = tree / rel
-    after = path.read_text(errors="replace") if path.is_file() and not path.is_symlink() else None
-    return _pytest_section(name, before if rc == 0 else None) != _pytest_section(name, after)
+    if name in pytestcfg.ALWAYS or (name in pytestcfg.SECTIONED and os.path.islink(path)):
+        return True
+    # A configuration-named symlink (one the base already had) is read through: its target is configuration.
+    real = os.path.realpath(path)
+    if any(os.path.realpath(tree / link) == real for link in config_links):
+        return True
+    if name not in pytestcfg.SECTIONED:
+        return False
+    res = gitsafe.run("cat-file", "blob", f"{base_commit}:{rel}", git_dir=tree / ".git", binary=True)
+    before = res.out if res.ok and len(res.out) <= pytestcfg.MAX_CONFIG_BYTES else None
+    after = treefs.read_capped(path, pytestcfg.MAX_CONFIG_BYTES)
+    if (after is None and os.path.lexists(path)) or (before is None and res.ok):
+        return True  # too big (or not a file) to read: any change counts
+    return pytestcfg.pytest_view(name, before) != pytestcfg.pytest_view(name, after)  # type: ignore[arg-type]
 
 
 def restore_task_tests(
@@ -261,16 +313,18 @@ def restore_task_tests(
     test_patch: bytes | str,
     model_patch_info: PatchInfo | None,
     extra_protected: Iterable[str] = (),
+    changed: Iterable[str] | None = None,
+    config_links: Iterable[str] = (),
 ) -> RestoreOutcome:
     """Reset the task's test files in `tree` and apply `test_patch` on top of the model's changes.
 
     Tampering is flagged and reverted; the verdict is then computed on the task's own tests. Protected paths:
-    every path `test_patch` touches, `extra_protected` (e.g. test files named by the task's test ids), any
-    `conftest.py` / `pytest.ini` / `tox.ini` the model patch touched, and a `pyproject.toml` / `setup.cfg`
-    whose pytest section (`[tool.pytest...]` / `[tool:pytest]`) the model patch changed (the whole file
-    is reverted). `tampered` is True when the model
-    patch touched a protected path; `touched` lists those paths. Raises `TestPatchFailed` when `test_patch`
-    does not apply.
+    every path `test_patch` touches, `extra_protected` (e.g. test files named by the task's test ids), and every
+    file pytest reads as configuration that the model patch changed (see the module docstring; a
+    `pyproject.toml` / `setup.cfg` is reverted whole). `changed` is what applying really changed
+    (`ApplyOutcome.changed_paths`; without it, the paths the patch names), `config_links` the configuration-named
+    symlinks in the tree (`ApplyOutcome.config_links`). `tampered` is True when the model patch touched a
+    protected path; `touched` lists those paths. Raises `TestPatchFailed` when `test_patch` does not apply.
     """
     tree = Path(tree)
     _require_repo(tree)
@@ -280,16 +334,14 @@ def restore_task_tests(
         # Only the names matter here: checked against an empty directory because the model may have planted
         # symlinks on the way to test files, which _restore_path removes instead of refusing.
         with tempfile.TemporaryDirectory(prefix="gagar-names-") as empty:
-            test_paths = validate_patch(test_data, Path(empty), max_bytes=max(len(test_data), 1)).paths
+            test_paths = validate_patch(test_data, Path(empty), max_bytes=max(len(test_data), 1),
+                                        max_expand_bytes=1 << 62).paths  # the task's own: trusted
     protected = set(test_paths) | set(extra_protected)
-    model_paths = model_patch_info.paths if model_patch_info else []
-    touched = sorted(
-        p
-        for p in model_paths
-        if p in protected
-        or p.rsplit("/", 1)[-1] in PROTECTED_NAMES
-        or _changes_pytest_config(tree, base_commit, p)
-    )
+    if changed is None:
+        changed = model_patch_info.paths if model_patch_info else []
+    links = list(config_links)
+    touched = sorted(p for p in set(changed)
+                     if p in protected or _touches_pytest_config(tree, base_commit, p, links))
     log: list[str] = []
     for rel in sorted(protected | set(touched)):
         log.append(_restore_path(tree, base_commit, rel))

@@ -6,6 +6,12 @@ import argparse
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gagar.args import ArgumentParser
+
+if TYPE_CHECKING:
+    from sandbox.config import SandboxConfig
 
 
 def _err(prog: str, msg: str) -> int:
@@ -21,7 +27,7 @@ def image_main(argv: list[str]) -> int:
     if envcli.handles(argv):  # environment images: build --instances, ls, prune
         return envcli.image_main(argv)
 
-    p = argparse.ArgumentParser(prog="gagar image", description="Build or list the sandbox base images (offline).")
+    p = ArgumentParser(prog="gagar image", description="Build or list the sandbox base images (offline).")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="debootstrap + docker import; skipped when the recipe's image exists")
     b.add_argument("names", nargs="*", help=f"images to build: {', '.join(toolchains.ALL_RECIPES)}")
@@ -81,29 +87,77 @@ from sandbox.inputs import InputError, load_instances, load_predictions, require
 
 
 # -------------------------------------------------------------------------------------------------- eval
-def eval_main(argv: list[str]) -> int:
+def add_sandbox_options(p: ArgumentParser, *, timeout: float, timeout_help: str) -> None:
+    """The sandbox's limits and image, for every command that runs containers (`gagar eval`, `gagar grade
+    --probe`); `sandbox_config` reads them back."""
+    p.add_argument("--max-workers", type=int, default=1, help="containers run at once")
+    p.add_argument("--timeout", type=float, default=timeout, help=timeout_help)
+    p.add_argument("--image", help="run every instance in this image instead of the gagar-* images")
+    p.add_argument("--memory", default="2g", help="memory limit per container, no swap")
+    p.add_argument("--cpus", type=float, default=1.0, help="CPUs per container")
+    p.add_argument("--pids-limit", type=int, default=256, help="max processes per container")
+    p.add_argument("--output-limit", default="1m", help="test output kept per run (the rest dropped)")
+    p.add_argument("--max-patch-bytes", default="1m", help="patches larger than this are rejected")
+    p.add_argument("--max-apply-bytes", default="64m", help="what a patch's git binary hunks may inflate to when "
+                   "applied; over it the patch is rejected")
+    p.add_argument("--max-write", default="2g", help="data the tests may write into the work tree before the "
+                   "container is killed (the host's disk has no other quota)")
+    p.add_argument("--runtime", help="OCI runtime dockerd starts the containers with, e.g. crun (faster starts; "
+                   "scripts/ensure_docker.sh registers it); default: the engine's (runc)")
+
+
+def sandbox_config(args: argparse.Namespace, repos_dir: Path, run_id: str = "adhoc", *,
+                   local: bool = True) -> SandboxConfig | str:
+    """The SandboxConfig of `add_sandbox_options`' values, or what is wrong with them in words; `local`: the
+    runtime and the image are checked on this machine's engine too."""
     import os
+
+    from sandbox.config import SandboxConfig, parse_size
+
+    if args.max_workers < 1:
+        return "--max-workers must be at least 1"
+    if args.timeout <= 0:
+        return "--timeout must be positive"
+    ncpu = os.cpu_count() or 1
+    if not 0 < args.cpus <= ncpu:
+        return f"--cpus must be in (0, {ncpu}] on this machine"
+    try:
+        out_limit, max_patch = parse_size(args.output_limit), parse_size(args.max_patch_bytes)
+        config = SandboxConfig(repos_dir=repos_dir.resolve(), image=args.image, memory=args.memory,
+                               cpus=args.cpus, pids_limit=args.pids_limit, timeout=args.timeout,
+                               max_workers=args.max_workers, output_limit_bytes=out_limit,
+                               max_patch_bytes=max_patch, max_write_bytes=parse_size(args.max_write),
+                               max_apply_bytes=parse_size(args.max_apply_bytes), run_id=run_id, runtime=args.runtime)
+        if config.memory_bytes < 6 << 20:
+            raise ValueError("--memory must be at least 6m (Docker's minimum)")
+    except ValueError as exc:
+        return str(exc)
+    if args.runtime and local:
+        from sandbox.container import runtime_missing
+
+        missing = runtime_missing(args.runtime)
+        if missing:
+            return missing
+    if args.image and local:
+        from sandbox.run import image_missing
+
+        missing = image_missing(args.image, override=True)
+        if missing:
+            return missing
+    return config
+
+
+def eval_main(argv: list[str]) -> int:
     import re
 
-    p = argparse.ArgumentParser(prog="gagar eval",
-                                description="Evaluate predictions in the Docker sandbox (SWE-bench compatible).")
+    p = ArgumentParser(prog="gagar eval",
+                       description="Evaluate predictions in the Docker sandbox (SWE-bench compatible).")
     p.add_argument("--instances", required=True, type=Path, help="instances (JSONL, JSON list, or dict by id)")
     p.add_argument("--predictions", required=True, type=Path, help="predictions (JSONL, JSON list, or dict by id)")
     p.add_argument("--repos-dir", required=True, type=Path, help="dir holding <owner>__<name> git clones")
     p.add_argument("--run-id", required=True, help="name of this run; results go to REPORT_DIR/RUN_ID/")
     p.add_argument("--report-dir", required=True, type=Path, help="where run directories are written")
-    p.add_argument("--max-workers", type=int, default=1, help="containers run at once (default 1)")
-    p.add_argument("--timeout", type=float, default=600, help="seconds per test run before the container is killed")
-    p.add_argument("--image", help="run every instance in this image instead of the gagar-* images")
-    p.add_argument("--memory", default="2g", help="memory limit per container, no swap (default 2g)")
-    p.add_argument("--cpus", type=float, default=1.0, help="CPUs per container (default 1)")
-    p.add_argument("--pids-limit", type=int, default=256, help="max processes per container (default 256)")
-    p.add_argument("--output-limit", default="1m", help="test output kept per run (default 1m; the rest dropped)")
-    p.add_argument("--max-patch-bytes", default="1m", help="patches larger than this are rejected (default 1m)")
-    p.add_argument("--max-write", default="2g", help="data the tests may write into the work tree before the "
-                   "container is killed (default 2g; the host's disk has no other quota)")
-    p.add_argument("--runtime", help="OCI runtime dockerd starts the containers with, e.g. crun (faster starts; "
-                   "scripts/ensure_docker.sh registers it); default: the engine's (runc)")
+    add_sandbox_options(p, timeout=600.0, timeout_help="seconds per test run before the container is killed")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this machine's Docker engine (default); ray: one sandbox actor per node of a Ray "
                    "cluster, --max-workers per node (needs gagar[ray]; see docs/scaling.md)")
@@ -116,8 +170,6 @@ def eval_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     prog = "gagar eval"
 
-    from sandbox.config import SandboxConfig, parse_size
-
     for flag, f in (("--instances", args.instances), ("--predictions", args.predictions)):
         if not f.is_file():
             return _err(prog, f"{flag} {f}: no such file")
@@ -127,36 +179,10 @@ def eval_main(argv: list[str]) -> int:
         return _err(prog, f"--run-id {args.run_id!r}: use letters, digits, '.', '_' or '-' (no slashes)")
     if args.ray_address and args.executor != "ray":
         return _err(prog, "--ray-address needs --executor ray")
-    if args.max_workers < 1:
-        return _err(prog, "--max-workers must be at least 1")
-    if args.timeout <= 0:
-        return _err(prog, "--timeout must be positive")
-    ncpu = os.cpu_count() or 1
-    if not 0 < args.cpus <= ncpu:
-        return _err(prog, f"--cpus must be in (0, {ncpu}] on this machine")
-    try:
-        out_limit, max_patch = parse_size(args.output_limit), parse_size(args.max_patch_bytes)
-        config = SandboxConfig(repos_dir=args.repos_dir.resolve(), image=args.image, memory=args.memory,
-                               cpus=args.cpus, pids_limit=args.pids_limit, timeout=args.timeout,
-                               max_workers=args.max_workers, output_limit_bytes=out_limit,
-                               max_patch_bytes=max_patch, max_write_bytes=parse_size(args.max_write),
-                               run_id=args.run_id, runtime=args.runtime)
-        if config.memory_bytes < 6 << 20:
-            raise ValueError("--memory must be at least 6m (Docker's minimum)")
-    except ValueError as exc:
-        return _err(prog, str(exc))
-    if args.runtime and args.executor == "local":
-        from sandbox.container import runtime_missing
-
-        missing = runtime_missing(args.runtime)
-        if missing:
-            return _err(prog, missing)
-    if args.image and args.executor == "local":  # on Ray the image lives on the nodes: each checks its own
-        from sandbox.run import image_missing
-
-        missing = image_missing(args.image, override=True)
-        if missing:
-            return _err(prog, missing)
+    # on Ray the runtime and the image live on the nodes: each checks its own
+    config = sandbox_config(args, args.repos_dir, args.run_id, local=args.executor == "local")
+    if isinstance(config, str):
+        return _err(prog, config)
     run_dir = args.report_dir / args.run_id
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -230,22 +256,27 @@ def _print_summary(run_dir: Path, results: list) -> None:
 
 # ----------------------------------------------------------------------------------------------- sandbox
 def sandbox_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar sandbox", description="Sandbox maintenance.")
+    p = ArgumentParser(prog="gagar sandbox", description="Sandbox maintenance.")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("gc", help="remove leftover sandbox containers (label gagar.sandbox=1) and the temp "
                        "workspaces of dead runs")
     g.add_argument("--run-id", help="only the containers of this run")
+    g.add_argument("--force", action="store_true", help="also the containers of runs whose process is still "
+                   "running on this machine (kept by default: those rollouts would end as infra_error)")
     args = p.parse_args(argv)
     import docker.errors
 
-    from sandbox import container
+    from sandbox import cleanup
     from sandbox.workspace import remove_tree, stale_workspaces
 
     try:
-        removed = container.gc(args.run_id)
+        done = cleanup.gc(args.run_id, force=args.force)
     except docker.errors.DockerException as exc:
         return _err("gagar sandbox gc", f"cannot reach the Docker engine ({exc})")
-    print(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+    print(f"removed {len(done.removed)} container(s)" + (": " + ", ".join(done.removed) if done.removed else ""))
+    if done.spared:
+        print(f"kept {len(done.spared)} container(s) of runs still going (their gagar process is alive; --force "
+              f"removes them too): {', '.join(done.spared)}")
     stale = stale_workspaces()
     for d in stale:
         remove_tree(d)

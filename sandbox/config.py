@@ -34,6 +34,8 @@ class SandboxConfig:
     # (a bind mount has no quota: unchecked, a test could fill the host's disk).
     max_write_bytes: int = 2 << 30
     max_patch_bytes: int = 1 << 20
+    # Bytes a patch's git binary hunks may inflate to when applied on the host (a 1 MiB hunk can declare GiBs).
+    max_apply_bytes: int = 64 << 20
     network: str = "none"
     tmpfs_size: str = "512m"
     user: str = "1000:1000"

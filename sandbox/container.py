@@ -2,7 +2,7 @@
 
 Every container is labelled `gagar.sandbox=1`, `gagar.run=<run id>`, `gagar.call=<id of the evaluation call>`
 and `gagar.owner=<host>:<pid>`, registered in a process-wide table while it lives, and removed in a `finally`;
-`remove_live(call)` (called when an evaluation stops) and `gc()` (`gagar sandbox gc`) catch whatever a crash
+`remove_live(call)` (called when an evaluation stops) and `sandbox.cleanup` (`gagar sandbox gc`) catch whatever a crash
 leaves behind. The call label keeps two evaluations in one process (overlap mode, refill) from ever removing
 each other's containers.
 """
@@ -152,50 +152,24 @@ def remove_live(call: str | None = None) -> int:
 atexit.register(remove_live)
 
 
-def _owner_alive(owner: str | None) -> bool:
-    """Whether the process named by a container's owner label (`host:pid`) may still be using it."""
-    host, _, pid = (owner or "").rpartition(":")
-    if not pid.isdigit() or host != socket.gethostname():
-        return False  # no label (an older gagar) or another machine's engine client: a leftover
-    if int(pid) == os.getpid():
-        return True  # this process: another evaluation call of ours owns it (overlap mode, refill)
+def _killed_from_outside(c: docker.DockerClient, cid: str, state: dict, since: float) -> str | None:
+    """Why a finished test container's end was not the tests' doing (None when it was): it is being removed,
+    or something other than this run sent it a signal (`docker kill`/`stop`/`rm -f`, `gagar sandbox gc
+    --force`). Its exit status (137 for SIGKILL) then says nothing about the patch. The run's own kills (its
+    timeout, the write watchdog) are known to the caller and not asked about."""
+    if state.get("Dead") or state.get("Status") in ("removing", "dead"):
+        return "the test container was removed by another process while the tests ran (docker rm, gagar sandbox gc)"
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale(run_id: str) -> None:
-    """Remove this run's containers that are not running and whose owner process is gone: what a killed process
-    or a dead Docker engine left behind. Containers of a live owner — another evaluation in this process, or
-    another process on this machine — are never touched (a created-not-yet-started one is not stale)."""
-    try:
-        c = client()
-        rows = c.api.containers(all=True, filters={"label": [f"{RUN_LABEL}={run_id}"],
-                                                   "status": ["exited", "dead", "created"]})
-    except (SandboxInfraError, docker.errors.DockerException, requests.RequestException):
-        return
-    for row in rows:
-        if _owner_alive((row.get("Labels") or {}).get(OWNER_LABEL)):
-            continue
-        try:
-            c.api.remove_container(row["Id"], force=True, v=True)
-        except (docker.errors.DockerException, requests.RequestException):
-            pass
-
-
-def gc(run_id: str | None = None, c: docker.DockerClient | None = None) -> list[str]:
-    """Remove leftover sandbox containers by label (all runs, or one)."""
-    c = c or docker.from_env(timeout=60)
-    labels = [f"{LABEL}=1"] + ([f"{RUN_LABEL}={run_id}"] if run_id else [])
-    removed = []
-    for ctr in c.containers.list(all=True, filters={"label": labels}):
-        _remove(c, ctr.id)
-        removed.append(ctr.name)
-    return removed
+        events = list(c.api.events(since=since, until=time.time(), decode=True,
+                                   filters={"container": cid, "event": ["kill", "stop", "destroy"]}))
+    except (docker.errors.DockerException, requests.RequestException):
+        return None  # an engine without the events API: the exit status stands
+    if events:
+        ev = events[0]
+        sig = (ev.get("Actor") or {}).get("Attributes", {}).get("signal")
+        return (f"the test container was sent `{ev.get('Action') or ev.get('status')}`"
+                f"{f' (signal {sig})' if sig else ''} by another process while the tests ran")
+    return None
 
 
 def _create(c: docker.DockerClient, image: str, config: SandboxConfig, *, command: list[str], name: str,
@@ -245,6 +219,7 @@ class PreparedRun:
         self.stdout_report = stdout_report  # the output is the verdict's report: keep it whole (RunOutcome.report)
         self._c = client(http_timeout=config.timeout + 120)
         self._mounted = (Path(testbed), Path(report_dir))
+        self._since = time.time() - 1  # signals sent to the container from here on are seen by go()
         # The guard plugin comes from the host, read-only: the tests can neither change nor replace it.
         mounts = {str(testbed): {"bind": TESTBED, "mode": "rw"}, str(report_dir): {"bind": REPORT, "mode": "rw"},
                   str(GUEST_DIR): {"bind": LIB_MOUNT, "mode": "ro"}}
@@ -337,6 +312,11 @@ class PreparedRun:
             state = c.api.inspect_container(cid)["State"]
             if exit_code is None and not timed_out and not state.get("Running"):
                 exit_code = state.get("ExitCode")
+            if not timed_out and not watch.tripped:
+                outside = _killed_from_outside(c, cid, state, self._since)
+                if outside:
+                    raise SandboxInfraError(f"{outside}; the run's verdict is lost, not the patch's: re-run the "
+                                            "same command to retry this prediction")
             return RunOutcome(
                 exit_code=None if timed_out else exit_code,
                 output=cap.text(),

@@ -148,10 +148,10 @@ class SandboxWorker:
 def _cleanup_node(run_id: str) -> int:
     """After a worker died: remove the run's containers on its node (one run id belongs to one run, and one
     worker per node, so these are all the dead worker's) and workspaces whose owner process is gone."""
-    from sandbox import container as ctr
+    from sandbox.cleanup import gc
     from sandbox.workspace import remove_tree, stale_workspaces
 
-    removed = ctr.gc(run_id)
+    removed = gc(run_id).removed  # the dead worker's containers: their owner process is gone
     for d in stale_workspaces():
         remove_tree(d)
     return len(removed)

@@ -6,8 +6,10 @@
 - resolved = the suite ran (at least one test parsed), the run finished (`exit_code` is not None; None means
   killed or timed out), and every FAIL_TO_PASS and PASS_TO_PASS test succeeded.
 The exit code is otherwise not used: a non-zero exit with all listed tests passing is still resolved, as in
-SWE-bench (unlisted tests may fail). A SWE-bench row's ids are matched as its `log_parser` spells them
-(`sandbox.parsers.swebench`); with `eval_type: fail_only` a listed test fails only when it is reported FAILED.
+SWE-bench (unlisted tests may fail). A listed id matches as pytest spells it (the JUnit name, spaces included) and
+as the row's `log_parser` spells it (SWE-bench's pytest parsers cut it at the first whitespace;
+`sandbox.parsers.swebench.graded_ids`); with `eval_type: fail_only` a listed test fails only when it is reported
+FAILED.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sandbox.parsers.base import FAILED, PASSED, XFAIL, ParsedTests
-from sandbox.parsers.swebench import swebench_ids
+from sandbox.parsers.swebench import graded_ids
 from sandbox.records import Instance, TestsStatus
 
 SUCCESS = (PASSED, XFAIL)
@@ -37,7 +39,7 @@ def _split(test_ids: list[str], statuses: dict[str, str], fail_only: bool = Fals
 
 def grade(instance: Instance, parsed: ParsedTests, *, exit_code: int | None) -> GradeOutcome:
     """Grade one evaluation of `instance` from its parsed test results (see the module docstring)."""
-    statuses = swebench_ids(parsed.statuses, instance.log_parser)
+    statuses = graded_ids(parsed.statuses, instance.log_parser, instance.test_framework)
     fail_only = instance.eval_type == "fail_only"
     status = TestsStatus(
         FAIL_TO_PASS=_split(instance.FAIL_TO_PASS, statuses, fail_only),

@@ -16,6 +16,12 @@ Why not trust `git apply` alone: the appliers disagree on how to read a diff. GN
 header line outside a hunk body is collected in every form any applier might use, and each name must be a
 relative path inside the repository that does not pass through `..`, `.git` (any case) or a symlink leaving
 the repository.
+
+Only unified diffs are accepted: a context-diff, normal-diff or ed-script section (which `unidiff` does not parse
+and GNU `patch` would apply) is refused, so no applier can write a file the validator never saw; the sandbox
+still checks, after applying, that the tree changed only at validated paths (`sandbox.apply`). A git binary
+hunk declares the size it inflates to: the sum over the patch is capped (`max_expand_bytes`), so a hunk of a
+kilobyte cannot write gigabytes on the host.
 """
 
 from __future__ import annotations
@@ -29,13 +35,23 @@ from pathlib import Path
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from sandbox.gitbinary import BinarySection, MalformedBinary
+
 DEFAULT_MAX_BYTES = 10 * 2**20
 SYMLINK_MODE = "120000"
 GITLINK_MODE = "160000"
 DEV_NULL = "/dev/null"
 MAX_PATH_DEPTH = 128
+DEFAULT_MAX_EXPAND = 64 << 20  # bytes the git binary hunks of one patch may inflate to
 
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# Lines of the diff formats GNU patch reads besides unified diffs: context diffs (`*** name`, `***************`,
+# `*** 1,3 ****`), normal diffs (`3c3`, `5,7d4`) and ed scripts (`3a`, `2,4d`, `5s/x/y/`).
+_FOREIGN = (
+    (re.compile(r"^\*\*\*"), "a context-diff section"),
+    (re.compile(r"^\d+(?:,\d+)?[acd]\d+(?:,\d+)?\s*$"), "a normal-diff command"),
+    (re.compile(r"^\d+(?:,\d+)?(?:[acdi]\s*$|s/)"), "an ed-script command"),
+)
 _GIT_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
 
@@ -71,6 +87,8 @@ class PatchInfo:
     files: list[FileChange] = field(default_factory=list)
     size_bytes: int = 0
     data: bytes = b""
+    expanded_bytes: int = 0  # what the git binary hunks inflate to (their declared sizes)
+    binary_sections: int = 0  # `GIT binary patch` sections seen by the scan (GNU patch is never given these)
 
     @property
     def paths(self) -> list[str]:
@@ -84,7 +102,7 @@ class PatchInfo:
 
     @property
     def has_binary(self) -> bool:
-        return any(f.binary for f in self.files)
+        return self.binary_sections > 0 or any(f.binary for f in self.files)
 
     @property
     def lines_added(self) -> int:
@@ -183,15 +201,18 @@ def _header_names(line: str) -> list[tuple[str, bool]]:
     return names
 
 
-def _scan_headers(text: str) -> list[tuple[int, str, bool]]:
-    """Walk the diff, skipping hunk bodies by their line counts; return (line_no, name, prefixed) headers.
+def _scan_headers(text: str) -> tuple[list[tuple[int, str, bool]], list[int]]:
+    """Walk the diff, skipping hunk bodies by their line counts; return the (line_no, name, prefixed) headers
+    and what each git binary section inflates to.
 
-    Raises PatchRejected for malformed hunks, naming the line.
+    Raises PatchRejected for malformed hunks and for sections in a diff format other than unified (context
+    diffs, normal diffs, ed scripts), naming the line.
     """
     names: list[tuple[int, str, bool]] = []
+    binaries: list[int] = []
     old_left = new_left = 0
     hunk_line = 0
-    in_binary = False
+    binary: BinarySection | None = None
     for no, line in enumerate(_split(text), 1):
         if old_left > 0 or new_left > 0:
             tag = line[:1]
@@ -214,12 +235,13 @@ def _scan_headers(text: str) -> list[tuple[int, str, bool]]:
                     f"line {no}: malformed hunk (started at line {hunk_line}): more lines than its @@ header declares"
                 )
             continue
-        if line.startswith("diff --git "):
-            in_binary = False
-        elif in_binary:
-            continue
+        if binary is not None:
+            if binary.feed(no, line.rstrip("\r\n")):
+                continue
+            binaries.append(binary.size)
+            binary = None
         if line.rstrip("\r\n") == "GIT binary patch":
-            in_binary = True
+            binary = BinarySection(no)
             continue
         m = _HUNK_RE.match(line.encode("utf-8", "surrogateescape"))
         if m:
@@ -229,13 +251,23 @@ def _scan_headers(text: str) -> list[tuple[int, str, bool]]:
             continue
         if line.startswith("@@"):
             raise PatchRejected(f"line {no}: malformed hunk header {_show(line.rstrip())}; expected '@@ -a,b +c,d @@'")
+        for pattern, what in _FOREIGN:
+            if pattern.match(line):
+                raise PatchRejected(
+                    f"line {no}: {what} ({_show(line.rstrip()[:60])}); only unified diffs (git diff, diff -u) are "
+                    "accepted, because GNU patch would apply what the unified-diff parser does not see"
+                )
         names += [(no, n, p) for n, p in _header_names(line)]
     if old_left > 0 or new_left > 0:
         raise PatchRejected(
             f"malformed hunk at line {hunk_line}: the patch ends before the hunk does "
             f"({max(old_left, 0)} old / {max(new_left, 0)} new lines missing); was it truncated?"
         )
-    return names
+    if binary is not None:
+        if binary.header is not None:
+            binary.feed(0, "")  # the last hunk of a patch may end without its blank line
+        binaries.append(binary.size)
+    return names, binaries
 
 
 def _check_nul(data: bytes) -> None:
@@ -326,7 +358,8 @@ def _to_bytes(patch: str | bytes) -> bytes:
         raise PatchRejected(f"line {line}: the patch text holds an unpaired surrogate (invalid Unicode)") from None
 
 
-def validate_patch(patch: str | bytes, repo_root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> PatchInfo:
+def validate_patch(patch: str | bytes, repo_root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                   max_expand_bytes: int = DEFAULT_MAX_EXPAND) -> PatchInfo:
     """Check a unified/git diff against `repo_root` (the tree it will be applied to) and describe it.
 
     Accepts text and git binary patches and non-UTF-8 bytes (names are decoded with surrogateescape;
@@ -335,8 +368,9 @@ def validate_patch(patch: str | bytes, repo_root: Path, *, max_bytes: int = DEFA
     Raises `EmptyPatch` for an empty/whitespace-only patch and `PatchRejected` when the patch is over
     `max_bytes`, malformed (the message names the line), has absolute paths (including `b//etc/evil`), `..` or
     `.git` components (any case), goes through an existing symlink leaving the repo, creates a symlink
-    pointing outside the repo or into .git, creates a symlink and also writes under it, or has NUL bytes outside
-    a `GIT binary patch` section. Nothing is written.
+    pointing outside the repo or into .git, creates a symlink and also writes under it, has NUL bytes outside
+    a `GIT binary patch` section, has a section in a format other than unified (context diff, normal diff, ed
+    script), or has git binary hunks that inflate to more than `max_expand_bytes` in all. Nothing is written.
     """
     data = _to_bytes(patch)
     if len(data) > max_bytes:
@@ -347,7 +381,15 @@ def validate_patch(patch: str | bytes, repo_root: Path, *, max_bytes: int = DEFA
         raise EmptyPatch("the patch is empty")
     _check_nul(data)
     text = data.decode("utf-8", "surrogateescape")
-    headers = _scan_headers(text)
+    try:
+        headers, binaries = _scan_headers(text)
+    except MalformedBinary as exc:
+        raise PatchRejected(str(exc)) from None
+    if sum(binaries) > max_expand_bytes:
+        raise PatchRejected(
+            f"the patch's git binary hunks inflate to {sum(binaries) / 2**20:.1f} MiB, over the "
+            f"{max_expand_bytes / 2**20:.1f} MiB cap on what applying a patch may write"
+        )
 
     counter = [0]
     try:
@@ -427,4 +469,5 @@ def validate_patch(patch: str | bytes, repo_root: Path, *, max_bytes: int = DEFA
             if p and p not in checked:
                 checked.add(p)
                 _check_on_disk(p, repo_root)
-    return PatchInfo(files=files, size_bytes=len(data), data=data)
+    return PatchInfo(files=files, size_bytes=len(data), data=data, expanded_bytes=sum(binaries),
+                     binary_sections=len(binaries))

@@ -1,4 +1,4 @@
-"""Run files: `results.jsonl` (one line per prediction, appended atomically), `report.json` (the summary).
+"""Run files: `results.jsonl` (one line per current prediction, appended atomically), `report.json` (the summary).
 
 A result line is written with one `write` of a complete line, then flushed and fsynced, so a crash leaves
 at most a truncated last line; reading tolerates (and the writer trims) such a line. Each line carries the
@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ class Resume:
     changed: list[tuple[str, str]] = field(default_factory=list)  # finished, but the patch or instance changed
     unkeyed: list[tuple[str, str]] = field(default_factory=list)  # finished, by a gagar that wrote no key
     retried: int = 0  # infra_error: retried
+    gone: list[tuple[str, str]] = field(default_factory=list)  # lines of predictions no longer in the input
 
     def messages(self) -> list[str]:
         def some(keys: list[tuple[str, str]]) -> str:
@@ -120,20 +122,26 @@ class Resume:
                        f"by an older gagar), so they cannot be matched to the patch ({some(self.unkeyed)})")
         if self.retried:
             out.append(f"{self.retried} prediction(s) that ended in infra_error are retried")
+        if self.gone:
+            out.append(f"{len(self.gone)} result line(s) of predictions no longer in the input were removed from "
+                       f"results.jsonl ({some(self.gone)}): it holds the current predictions only")
         return out
 
 
-def resume_done(writer: ResultWriter, keys: dict[tuple[str, str], str], *, redo: bool) -> Resume:
+def resume_done(writer: ResultWriter, keys: dict[tuple[str, str], str], *, redo: bool, prune: bool = True) -> Resume:
     """What a (re-)run may skip: the finished results in `writer`'s file whose verdict key is still the one in
     `keys` ((instance_id, rollout_id) → verdict_key). `redo` drops every one of `keys` first. A line whose key
     differs (the same ids, another patch or instance) is dropped and redone, never reported: its verdict is
     about something else. An infra_error says nothing about the patch (the engine died, a worker was lost, an
-    image was missing): it is dropped too, so the re-run retries it and replaces its line."""
+    image was missing): it is dropped too, so the re-run retries it and replaces its line. Lines of predictions
+    that are not in `keys` (removed from the input since) are dropped as well: the file is rewritten, atomically,
+    to hold one line per current prediction, so results.jsonl and report.json always describe the same run
+    (`prune=False`: a caller that evaluates a growing set into one file keeps the other lines for later)."""
     if redo:
         writer.drop(set(keys))
     found = read_results(writer.path)
-    out = Resume()
-    drop = set()
+    out = Resume(gone=sorted(k for k in found if k not in keys) if prune else [])
+    drop = set(out.gone)
     for k, want in keys.items():
         r = found.get(k)
         if r is None:
@@ -148,9 +156,11 @@ def resume_done(writer: ResultWriter, keys: dict[tuple[str, str], str], *, redo:
             out.skipped += 1
             continue
         drop.add(k)
-    if drop:
-        writer.drop(drop)
     out.done = {k: r for k, r in found.items() if k not in drop}
+    if prune:
+        writer.retain(set(out.done))
+    elif drop:
+        writer.drop(drop)
     return out
 
 
@@ -167,7 +177,7 @@ class RunStart:
 
 
 def start_run(instances: Any, predictions: list[Prediction], *, image: str | None, run_dir: Path | None,
-              redo: bool, say: Any = print, fail_to_pass: bool = True) -> RunStart:
+              redo: bool, say: Any = print, fail_to_pass: bool = True, prune: bool = True) -> RunStart:
     """The common start of every executor's run: refuse instances that cannot give an honest verdict, key each
     prediction by what decides its verdict, and take over the finished results a re-run may keep (saying how
     many it keeps and redoes)."""
@@ -182,7 +192,7 @@ def start_run(instances: Any, predictions: list[Prediction], *, image: str | Non
     writer = ResultWriter(run_dir / "results.jsonl") if run_dir is not None else None
     done: dict[tuple[str, str], EvalResult] = {}
     if writer is not None:
-        resume = resume_done(writer, vkeys, redo=redo)
+        resume = resume_done(writer, vkeys, redo=redo, prune=prune)
         done = resume.done
         for msg in resume.messages():
             say(f"gagar eval: {msg}")
@@ -214,22 +224,35 @@ class ResultWriter:
             f.flush()
             os.fsync(f.fileno())
 
-    def drop(self, keys: set[tuple[str, str]]) -> None:
-        """Remove the lines of `keys` (for --redo), rewriting the file atomically."""
+    def _rewrite(self, choose: Callable[[list[tuple[tuple[str, str] | None, str]]], list[str]]) -> None:
+        """Rewrite the file atomically with the lines `choose` picks from its (key or None, line) entries; an
+        unchanged file is left alone."""
         if not self.path.exists():
             return
-        kept = []
-        with open(self.path, encoding="utf-8", errors="replace") as f:
-            for line in f:
+        with self._lock:
+            lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+            entries = []
+            for line in lines:
                 try:
                     d = json.loads(line)
-                    if (str(d.get("instance_id")), str(d.get("rollout_id"))) in keys:
-                        continue
-                except ValueError:
-                    continue
-                kept.append(line if line.endswith("\n") else line + "\n")
-        with self._lock:
-            atomic_write_text(self.path, "".join(kept))
+                    entries.append(((str(d.get("instance_id")), str(d.get("rollout_id"))), line))
+                except (ValueError, AttributeError):
+                    entries.append((None, line))
+            kept = [ln if ln.endswith("\n") else ln + "\n" for ln in choose(entries)]
+            if kept != lines:
+                atomic_write_text(self.path, "".join(kept))
+
+    def drop(self, keys: set[tuple[str, str]]) -> None:
+        """Remove the lines of `keys` (for --redo), rewriting the file atomically."""
+        self._rewrite(lambda entries: [ln for k, ln in entries if k is not None and k not in keys])
+
+    def retain(self, keys: set[tuple[str, str]]) -> None:
+        """Keep only the last line of each of `keys` (the one `read_results` reads); every other line goes."""
+        def choose(entries: list[tuple[tuple[str, str] | None, str]]) -> list[str]:
+            last = {k: i for i, (k, _) in enumerate(entries) if k is not None}
+            return [ln for i, (k, ln) in enumerate(entries) if k in keys and last[k] == i]
+
+        self._rewrite(choose)
 
     def write(self, result: EvalResult) -> None:
         line = json.dumps(result.to_dict(), ensure_ascii=False) + "\n"

@@ -25,12 +25,14 @@ import docker.errors
 import requests
 
 from sandbox import container as ctr
+from sandbox.cleanup import remove_stale
 from sandbox.config import SandboxConfig
 from sandbox.env.image import prepare_images
 from sandbox.env.images import ImageError
 from sandbox.env.toolchains import build_failure, go_requires
 from sandbox.group import RolloutGroup, Slot, discard_slot
 from sandbox.integrity import checks as integrity
+from sandbox.integrity.prerun import PreRun, settle_xfails
 from sandbox.jsonl import atomic_write_text
 from sandbox.records import EvalResult, Instance, Prediction, TestsStatus
 from sandbox.report import build_report, collect_reports, log_dir_for, start_run
@@ -122,7 +124,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             return finish("empty_patch", "the prediction has no patch")
         ws = group.open()
         try:
-            info = validate_patch(patch, ws.base, max_bytes=config.max_patch_bytes)
+            info = validate_patch(patch, ws.base, max_bytes=config.max_patch_bytes,
+                                  max_expand_bytes=config.max_apply_bytes)
         except EmptyPatch as exc:
             return finish("empty_patch", str(exc) or "the patch changes nothing")
         except PatchRejected as exc:
@@ -138,6 +141,7 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
         ws.copy(tree)
         try:
             applied = apply_patch(tree, patch, base_commit=instance.base_commit, max_bytes=config.max_patch_bytes,
+                                  max_expand_bytes=config.max_apply_bytes,
                                   fresh=True)  # ws.copy just made it from the clean base checkout
         except EmptyPatch as exc:
             return finish("empty_patch", str(exc) or "the patch changes nothing")
@@ -151,15 +155,19 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
         res.patch_successfully_applied = True
         try:
             restored = restore_task_tests(tree, base_commit=instance.base_commit, test_patch=instance.test_patch,
-                                          model_patch_info=info, extra_protected=_test_files(instance))
+                                          model_patch_info=info, extra_protected=_test_files(instance),
+                                          changed=applied.changed_paths, config_links=applied.config_links)
         except TestPatchFailed as exc:
             return finish("infra_error", f"the task's own test_patch does not apply: {exc}")
         notes.append(f"== restore tests (touched: {', '.join(restored.touched) or 'none'}):\n{restored.log}")
         res.tampered_tests = bool(restored.tampered)
         # What the patch and the tree say before the run: the run cannot rewrite these findings.
-        static = integrity.static_findings(patch, info, _test_paths(instance), tree)
+        static = integrity.static_findings(patch, info, _test_paths(instance), tree, applied.changes)
         undefined = integrity.undefined_tests(instance, tree)
         hand_over(tree)
+        # pytest: which files the patch wrote and the conftest/configuration state, to judge the run against.
+        pre = PreRun.take(instance, tree, changed=applied.changed_paths, reverted=restored.touched,
+                          test_paths=_test_paths(instance)) if framework == "pytest" else None
         if stop.is_set():
             raise _Interrupted
         prepared = slot.run.result()
@@ -196,6 +204,9 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             log = outcome.report
         # pytest was told (PYTEST_ADDOPTS) to write a report: without one, the suite did not run.
         parsed = parse_results(framework, log, report_dir, require_report=framework == "pytest")
+        turned: list[str] = []
+        if pre is not None:  # an XFAIL counts only when it is the test's own (`settle_xfails`)
+            parsed, turned = settle_xfails(instance, parsed, live, pre)
         graded = grade(instance, parsed, exit_code=outcome.exit_code)
         res.tests_status = graded.tests_status if isinstance(graded.tests_status, TestsStatus) else TestsStatus(
             **graded.tests_status)
@@ -207,7 +218,8 @@ def evaluate_one(instance: Instance, pred: Prediction, group: RolloutGroup, conf
             return finish("infra_error", cause)
         error = None
         reasons = integrity.check(instance, parsed, report_dir=report_dir, output=log,
-                                  exit_code=outcome.exit_code, channel=live, undefined=undefined, static=static)
+                                  exit_code=outcome.exit_code, channel=live, undefined=undefined, static=static,
+                                  pre=pre) + turned  # an XFAIL the patch's code made is a forged pass
         if reasons:
             # The report cannot be trusted: not resolved, whatever it says (the trainer counts it as a hack).
             res.suspicious_report, res.resolved = True, False
@@ -298,25 +310,31 @@ def evaluate_predictions(
     stop: threading.Event | None = None,
     env_specs: dict | None = None,
     require_fail_to_pass: bool = True,
+    incremental: bool = False,
 ) -> list[EvalResult]:
     """Evaluate `predictions` against `instances`; returns one result per known prediction, in input order.
     With `run_dir`, results/logs/report.json go there and a rerun skips what is already finished.
     `on_result` sees each new result as it is recorded; setting `stop` ends the run early (results so far
     are kept), as Ctrl-C does — the Ray executor's workers use both. An instance without FAIL_TO_PASS is an
     `InputError` (a ValueError) before anything runs (`sandbox.inputs.check_runnable`), unless
-    `require_fail_to_pass=False`: a run that derives the lists from the test statuses, not a verdict."""
+    `require_fail_to_pass=False`: a run that derives the lists from the test statuses, not a verdict.
+    `incremental=True` is for a caller that evaluates a growing set of predictions into one run dir and resumes
+    itself (`gagar tasks synth`): the results of predictions not in this call stay in results.jsonl for its
+    later calls (otherwise the file is made to hold exactly this call's predictions), and `gagar eval`'s notes on
+    what a re-run reuses (they name its `--redo`) stay off stderr."""
     if not isinstance(instances, Mapping):
         instances = {i.instance_id: i for i in instances}
     if config.repos_dir is None:
         raise ValueError("SandboxConfig.repos_dir is required")
     t_start = time.monotonic()
     run_dir = Path(run_dir) if run_dir is not None else None
-    start = start_run(instances, predictions, image=config.image, run_dir=run_dir, redo=redo, say=_say,
-                      fail_to_pass=require_fail_to_pass)
+    start = start_run(instances, predictions, image=config.image, run_dir=run_dir, redo=redo,
+                      say=(lambda _msg: None) if incremental else _say, fail_to_pass=require_fail_to_pass,
+                      prune=not incremental)
     known, unknown, keys, vkeys, writer, done = (start.known, start.unknown, start.keys, start.verdict_keys,
                                                  start.writer, start.done)
     if writer is not None:  # a run with a report dir may resume one: what a dead earlier process of it left goes
-        ctr.remove_stale(config.run_id)
+        remove_stale(config.run_id)
         for stale in stale_workspaces(run_id=config.run_id):
             remove_tree(stale)
     todo = [p for p in known if (p.instance_id, p.rollout_id) not in done]

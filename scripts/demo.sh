@@ -19,11 +19,10 @@ if [ ! -f "$TASKS/instances.jsonl" ]; then
   "$VENV/bin/python" examples/build_tasks.py --out "$TASKS"
 fi
 if [ "$CONFIG" = smol ]; then
-  echo "== gagar model pull smollm2-135m-instruct (once; then cached under $WORK/models/base)"
-  "$VENV/bin/gagar" model pull smollm2-135m-instruct --root "$WORK/models"
+  echo "== gagar model pull smollm2-135m-instruct (once per user; then read from the models cache, gagar model ls)"
+  "$VENV/bin/gagar" model pull smollm2-135m-instruct
 fi
 echo "== gagar train --config configs/$CONFIG.yaml (run dir: $RUN)"
-"$VENV/bin/gagar" train --config "configs/$CONFIG.yaml" --out "$RUN" \
-  --set "tasks.dir=$TASKS" --set "model.cache_dir=$WORK/models"
+"$VENV/bin/gagar" train --config "configs/$CONFIG.yaml" --out "$RUN" --set "tasks.dir=$TASKS"
 echo "== metrics: $RUN/metrics.jsonl   plots: $RUN/plots/curves.png   checkpoints: $RUN/checkpoints/"
 echo "== wall time: $(( $(date +%s) - start )) s"

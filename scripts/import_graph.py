@@ -181,7 +181,7 @@ def grader_top(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--modules", action="store_true", help="also print every module-level edge")
     args = ap.parse_args(argv)
     modules, edges = build_graph()

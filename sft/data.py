@@ -14,7 +14,6 @@ OUT gets `train.jsonl` / `val.jsonl` (chat records: `messages` + scoring metadat
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -26,6 +25,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from grader.records import Candidate, Group, InputError, write_jsonl_atomic
 from sandbox.records import Instance
 from sft.augment import renamed_record
@@ -320,16 +320,16 @@ def load_sources(pairs: list[tuple[Path, Path]], out: Path, notes: list[str]
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar sft data", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="gagar sft data", description=__doc__.splitlines()[0])
     p.add_argument("--instances", required=True, type=Path, action="append",
                    help="SWE-bench-format instances (JSONL) with gold patch; repeat for more sources")
     p.add_argument("--repos-dir", required=True, type=Path, action="append",
                    help="directory holding <owner>__<name> git repos; one per --instances, in the same order")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--variants", type=int, default=3, help="degraded variants per group (besides the gold)")
-    p.add_argument("--groups-per-instance", type=int, default=2)
+    p.add_argument("--groups-per-instance", type=int, default=2, help="groups built from each instance")
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated degradations to use")
-    p.add_argument("--val-fraction", type=float, default=0.25)
+    p.add_argument("--val-fraction", type=float, default=0.25, help="share of instances (or repos) held out")
     p.add_argument("--split", choices=("instance", "repo"), default="instance",
                    help="hold out whole instances, or whole repositories (an instance's `split` field decides "
                         "where given: `heldout` or `train`)")
@@ -345,7 +345,7 @@ def main(argv: list[str]) -> int:
                    help="expert turns before the answer: show_diff of every candidate, or none (answer from the summary)")
     p.add_argument("--cite", choices=("given", "findings"), default="given",
                    help="evidence: the known defects, or the static findings the prompt shows (citable by a small model)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="degradations, shuffles and the split")
     p.add_argument("--max-instances", type=int, help="use only the first N instances")
     p.add_argument(
         "--verify", action="store_true", help="run every variant in the sandbox; drop failing ones"
@@ -355,7 +355,8 @@ def main(argv: list[str]) -> int:
         "--from-results", type=Path, help="`gagar eval` results.jsonl: label real rollouts instead"
     )
     p.add_argument("--predictions", type=Path, help="the predictions evaluated in --from-results (patches)")
-    p.add_argument("--labeller", choices=("heuristic", "teacher"), default="heuristic")
+    p.add_argument("--labeller", choices=("heuristic", "teacher"), default="heuristic",
+                   help="--from-results: who orders the real rollouts (teacher: a model over --base-url)")
     p.add_argument("--base-url", help="teacher: OpenAI-compatible server URL")
     p.add_argument("--model", help="teacher: model name on that server")
     args = p.parse_args(argv)

@@ -12,12 +12,12 @@ recorded inspection turns, so only the final answer is generated.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from grader.judge.prompt import Answer, parse_assistant, validate_answer
 from grader.metrics import evaluate
 
@@ -129,16 +129,18 @@ def print_table(rows: list[dict[str, Any]], title: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar sft eval", description="Judge vs heuristic on held-out labels.")
+    p = ArgumentParser(prog="gagar sft eval", description="Judge vs heuristic on held-out labels.")
     p.add_argument("--groups", required=True, type=Path, help="groups JSONL (e.g. OUT/val_groups.jsonl)")
     p.add_argument("--labels", required=True, type=Path, help="labels JSONL: instance_id, order")
-    p.add_argument("--repos-dir", required=True, type=Path)
+    p.add_argument("--repos-dir", required=True, type=Path, help="holds <owner>__<name> git repositories")
     p.add_argument("--model", required=True, help="base model: hub id, local path, or server model name")
     p.add_argument("--adapter", help="LoRA adapter directory from `gagar sft train` (transformers backend)")
-    p.add_argument("--backend", choices=("transformers", "openai", "vllm", "vllm-server"), default="transformers")
+    p.add_argument("--backend", choices=("transformers", "openai", "vllm", "vllm-server"), default="transformers",
+                   help="where the judge runs: in-process transformers or vLLM, a `vllm serve` gagar starts "
+                   "(vllm-server), or an OpenAI-compatible server (openai, --base-url)")
     p.add_argument("--base-url", help="OpenAI-compatible server (with --backend openai)")
-    p.add_argument("--max-turns", type=int, default=12)
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-turns", type=int, default=12, help="tool-call budget per judge run")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="tokens per judge reply")
     p.add_argument("--max-groups", type=int, help="evaluate only the first N groups")
     p.add_argument("--answer-grammar", choices=["auto", "on", "off"], default="auto",
                    help="decode an unusable free reply's answer in the answer grammar (as `gagar grade`)")

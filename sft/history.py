@@ -18,7 +18,6 @@ symlink per repository to its clone, the `--repos-dir` of everything downstream)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from grader.features import is_test_path
 from grader.records import InputError, write_jsonl_atomic
 from sandbox.integrity import gitsafe
@@ -165,13 +165,14 @@ def link_repos(repos_dir: Path, names: list[str], out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar sft history", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="gagar sft history", description=__doc__.splitlines()[0])
     p.add_argument("--repos-dir", required=True, type=Path, help="holds the clones as <owner>__<name>")
     p.add_argument("--pins", required=True, type=Path, help="`owner/name commit [train|heldout]` per line")
-    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path,
+                   help="output folder: instances.jsonl and repos/ (for `gagar sft data` and `gagar eval`)")
     p.add_argument("--max-per-repo", type=int, default=40, help="instances per training repository")
     p.add_argument("--max-per-heldout-repo", type=int, default=12, help="instances per held-out repository")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="which commits are kept when a repository has more")
     args = p.parse_args(argv)
     prog = "gagar sft history"
     try:

@@ -3,12 +3,10 @@ instance and ranked by a labeller — the heuristic, or a teacher model on an Op
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from grader.records import Group, InputError
-from sandbox.records import EvalResult
+from grader.records import InputError
 
 
 def rollout_groups(
@@ -23,24 +21,16 @@ def rollout_groups(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Group specs from a `gagar eval` run: the resolved rollouts of each instance, ranked by the labeller."""
     from grader.grade import grade_group
-    from grader.records import read_jsonl
+    from grader.records import groups_from_run, load_results
     from sandbox.inputs import load_predictions
 
     notes: list[str] = []
     patches = {
         (p.instance_id, p.rollout_id): p.model_patch for p in load_predictions(predictions_path, notes)
     }
-    by_inst: dict[str, list[EvalResult]] = defaultdict(list)
-    for i, r in enumerate(read_jsonl(results_path), 1):
-        if not r.get("instance_id") or r.get("rollout_id") is None:
-            raise InputError(
-                f"{results_path}: line {i} lacks instance_id or rollout_id (is it a results.jsonl?)"
-            )
-        try:
-            res = EvalResult.from_dict({"model_name_or_path": "unknown", **r})
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"{results_path}: line {i} is not a result record ({exc})") from exc
-        by_inst[res.instance_id].append(res)
+    # The one sandbox -> grader conversion (passing = EvalResult.passed: no tampering, no forged report).
+    groups, more = groups_from_run(instances, load_results(results_path), patches, source=str(results_path))
+    notes += more
     backend = None
     if labeller == "teacher":
         from inference.openai import OpenAIBackend
@@ -49,13 +39,8 @@ def rollout_groups(
             raise InputError("--labeller teacher needs --base-url URL and --model NAME")
         backend = OpenAIBackend(base_url, model)
     specs = []
-    for iid, results in sorted(by_inst.items()):
-        inst = instances.get(iid)
-        if inst is None:
-            notes.append(f"{iid}: not in the instances file; skipped")
-            continue
-        # The one sandbox -> grader conversion (passing = EvalResult.passed: no tampering, no forged report).
-        group = Group.from_results(inst, results, {r: p for (i, r), p in patches.items() if i == iid})
+    for group in sorted(groups, key=lambda g: g.instance_id):
+        iid = group.instance_id
         cands = group.candidates
         if len(cands) < 2:
             notes.append(f"{iid}: fewer than two passing rollouts with a patch; skipped")

@@ -12,7 +12,6 @@ Usage: `build_tiny_model(dir)` or `python -m sft.tiny --out DIR`.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import os
@@ -21,6 +20,8 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+
+from gagar.args import ArgumentParser
 
 # Bump when the corpus, the template or the architecture changes, so cached dirs are rebuilt.
 _BUILD_VERSION = 1  # the corpus/phrase knobs enter the key only when set, so v1 caches stay valid
@@ -453,7 +454,7 @@ def build_tiny_model(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sft.tiny", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m sft.tiny", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="directory to write the model into")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hidden-size", type=int, default=64)

@@ -10,7 +10,6 @@ OUTPUT/checkpoint-*, and `resume_from_checkpoint: true` (or `--resume`) continue
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -20,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gagar.args import ArgumentParser
 from gagar.schema import ConfigError, Section, read_yaml, validate
 from sft.evaluate import answer_step_metrics
 
@@ -456,7 +456,7 @@ def train(cfg: dict[str, Any], *, resume: str | bool | None = None) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gagar sft train", description="LoRA SFT of the judge (TRL + PEFT).")
+    p = ArgumentParser(prog="gagar sft train", description="LoRA SFT of the judge (TRL + PEFT).")
     p.add_argument(
         "--config", required=True, help="YAML config (see configs/sft_tiny.yaml, configs/sft_gpu.yaml)"
     )

@@ -6,8 +6,9 @@
 Writes DIR/instances.jsonl (SWE-bench instances), DIR/repos/<owner>__<name> (for `gagar eval --repos-dir
 DIR/repos`), DIR/splits.json, DIR/manifest.json (sources with sha256, settings, yields: `--sources
 DIR/manifest.json` reproduces the set) and DIR/tasks_meta.jsonl (each task's bug kind and place: kept out of the
-instances, which must not reveal the bug). Exit 0 when the run completed (projects that gave no task are listed
-with the reason), 2 on bad input, 130 when interrupted (a re-run resumes).
+instances, which must not reveal the bug). Exit 0 when the run made tasks (projects that gave none are listed
+with the reason), 1 when it made none (every source skipped), 2 on bad input, 130 when interrupted (a re-run
+resumes).
 
     gagar tasks repos SET --out DIR
 
@@ -22,6 +23,7 @@ import json
 import sys
 from pathlib import Path
 
+from gagar.args import ArgumentParser
 from synth.mutate import KINDS
 
 
@@ -31,7 +33,7 @@ def _err(msg: str, cmd: str = "synth") -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gagar tasks", description="task sets for training and evaluation")
+    p = ArgumentParser(prog="gagar tasks", description="task sets for training and evaluation")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("synth", help="synthesize validated bug-fix tasks from Python projects (SWE-smith style)",
                        description=__doc__.split("\n\n")[0])
@@ -168,10 +170,20 @@ def main(argv: list[str]) -> int:
         return _err(f"--out {args.out}: {exc.strerror or exc}")
     manifest = synthesize(sources, opts)
     t = manifest["totals"]
+    skipped = [s for s in manifest["sources"] if s["status"] != "ok"]
     for s in manifest["sources"]:
-        line = f"{s['repo']}: {s['stats'].get('tasks', 0)} tasks" if s["status"] == "ok" else \
-            f"{s['repo']}: skipped — {s['reason']}"
-        print(line, file=sys.stderr)
+        if s["status"] == "ok":
+            print(f"{s['repo']}: {s['stats'].get('tasks', 0)} tasks", file=sys.stderr)
+        elif args.quiet:  # otherwise the progress lines said why, once, when it happened
+            print(f"{s['repo']}: skipped — {s['reason']}", file=sys.stderr)
+    if skipped and not args.quiet:
+        print(f"skipped (reasons above and in manifest.json): {', '.join(s['repo'] for s in skipped)}",
+              file=sys.stderr)
     print(f"{t['tasks']} tasks from {t['projects_ok']} projects ({t['projects_skipped']} skipped) in "
           f"{t['wall_s']:.0f} s → {opts.out / 'instances.jsonl'}", file=sys.stderr)
+    if not t["tasks"]:
+        why = "every source was skipped" if len(skipped) == len(sources) else "no project gave a valid task"
+        print(f"gagar tasks synth: no task was made: {why} (the reasons are above and in manifest.json)",
+              file=sys.stderr)
+        return 1
     return 0

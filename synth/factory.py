@@ -33,6 +33,7 @@ from synth.order import Checker, iter_candidates
 from synth.statement import Leak, problem_statement, stable_messages
 
 FORMAT = 1
+INFRA_RETRIES = 2  # extra evaluations of the runs the sandbox failed (infra_error) before they count
 
 
 @dataclass
@@ -130,11 +131,23 @@ class _Project:
                                     run_id=self.run_id)
         # The factory's runs derive FAIL_TO_PASS from the test statuses (the candidates have none yet): a
         # measurement, not a verdict, so the sandbox's refusal of instances without it does not apply.
-        got = evaluate_predictions(self.instances, list(self.preds.values()), config, run_dir=self.run_dir,
-                                   progress=False, stop=self.opts.stop, require_fail_to_pass=False)
-        if self.opts.stop.is_set():
-            raise Interrupted
-        self.results = {r.key: r for r in got}
+        # A run the sandbox failed (an image build cut short, the engine) says nothing about the bug: decided on,
+        # it would drop a candidate in one synthesis and keep it in the next. It is retried (the sandbox redoes
+        # only infra errors) before anything is decided; one that fails every time is decided as it stands.
+        for attempt in range(1 + INFRA_RETRIES):
+            got = evaluate_predictions(self.instances, list(self.preds.values()), config, run_dir=self.run_dir,
+                                       progress=False, stop=self.opts.stop, require_fail_to_pass=False,
+                                       incremental=True)  # a growing set; a re-run finds its earlier runs there
+            if self.opts.stop.is_set():
+                raise Interrupted
+            self.results = {r.key: r for r in got}
+            broken = [r for p in todo if (r := self.results.get((p.instance_id, p.rollout_id)))
+                      and r.status == "infra_error"]
+            if not broken or attempt == INFRA_RETRIES:
+                break
+            _say(self.opts, f"{self.p.repo}: the sandbox failed {len(broken)} run(s), not their tests (e.g. "
+                            f"{broken[0].instance_id} {broken[0].rollout_id}: {(broken[0].error or '')[:300]}); "
+                            "retrying them")
         self.new_runs += sum(1 for p in todo if (p.instance_id, p.rollout_id) in self.results
                              and (p.instance_id, p.rollout_id) not in reused)
 
@@ -170,7 +183,17 @@ class _Project:
             g = val.group_for(self.p, base, self.env, m.path, m.function, m.func_lines, self.opts.cpu_limit)
             self.groups[key] = g
             self.instances[g.gid] = g.instance
+            self.instances[g.clock.instance_id] = g.clock
         return self.groups[key]
+
+    def bug_run(self, c: Candidate, k: int) -> tuple[str, str]:
+        """The (instance, rollout) of a bug's k-th run: the last repeat runs under the shifted clock."""
+        iid = c.group.clock.instance_id if k == self.opts.repeats and k > 1 else c.group.gid
+        return iid, f"bug-{c.mutation.key}-{k}"
+
+    def clean_run(self, c: Candidate) -> tuple[str, str]:
+        """The group's own clean run, under the shifted clock (the baseline and suite runs see the real one)."""
+        return c.group.clock.instance_id, "clean-1"
 
     def screen(self, batch: list[Candidate], timeout: float) -> None:
         changes = {c.mutation.key: (c.mutation.path, c.mutation.apply(self.p.sources[c.mutation.path]))
@@ -183,7 +206,7 @@ class _Project:
             self.preds[pred.instance_id, pred.rollout_id] = pred
         self.evaluate(timeout)
         for c in batch:
-            c.fail, c.dropped = val.screen_verdict(self.results.get((c.group.gid, f"bug-{c.mutation.key}-1")),
+            c.fail, c.dropped = val.screen_verdict(self.results.get(self.bug_run(c, 1)),
                                                    self.opts.max_fail, self.base_times)
             c.survived = c.dropped is None
 
@@ -191,17 +214,16 @@ class _Project:
         r = self.opts.repeats
         for c in batch:
             for k in range(2, r + 1):
-                pred = val.bug_prediction(c.group.gid, c.mutation.key, c.patch, k)
+                pred = val.bug_prediction(self.bug_run(c, k)[0], c.mutation.key, c.patch, k)
                 self.preds[pred.instance_id, pred.rollout_id] = pred
             if c.group.gid not in self.repeated_groups:
                 self.repeated_groups.add(c.group.gid)
-                pred = val.clean_prediction(c.group.gid, 1)
+                pred = val.clean_prediction(self.clean_run(c)[0], 1)
                 self.preds[pred.instance_id, pred.rollout_id] = pred
         self.evaluate(timeout)
         for c in batch:
-            gid = c.group.gid
-            bug = [self.results.get((gid, f"bug-{c.mutation.key}-{k}")) for k in range(1, r + 1)]
-            clean = [self.results.get((gid, "clean-1")), val.project(self.baseline_run, c.group.tests, self.passing),
+            bug = [self.results.get(self.bug_run(c, k)) for k in range(1, r + 1)]
+            clean = [self.results.get(self.clean_run(c)), val.project(self.baseline_run, c.group.tests, self.passing),
                      *(val.project(s, c.group.tests) for s in self.suite_runs)]
             if any(x is None for x in [*bug, *clean]):
                 c.dropped = "repeats did not finish"
@@ -331,14 +353,14 @@ def _finish(out: ProjectRun, proj: _Project, screened: list[Candidate], stats: d
     prefix = p.repo.replace("/", "__")
     ids = {c.index: f"{prefix}-synth-{c.index}" for c in valid}
     commits = src_mod.write_commits(p, {ids[c.index]: (c.mutation.path, c.mutation.apply(p.sources[c.mutation.path]))
-                                        for c in valid}, "refs/tasks/")
+                                        for c in valid}, src_mod.TASK_REFS)
     reverts = src_mod.diffs(p, commits, reverse=True)
     src_mod.drop_refs(p, [f"refs/synth/candidates/{c.mutation.key}" for c in screened])
     for c in valid:
         iid = ids[c.index]
         assert commits[iid] == c.commit, "a task's commit must be the candidate's"
         v = c.verdict or {}
-        runs = [proj.results.get((c.group.gid, f"bug-{c.mutation.key}-{k}")) for k in range(1, opts.repeats + 1)]
+        runs = [proj.results.get(proj.bug_run(c, k)) for k in range(1, opts.repeats + 1)]
         messages = stable_messages([val.failure_messages(Path(r.log_path or "") / "report") for r in runs if r])
         try:
             statement = problem_statement(p.repo.split("/", 1)[1], v["FAIL_TO_PASS"], messages, reverts[iid])

@@ -58,7 +58,7 @@ class Mutation:
 
     path: str
     kind: str
-    function: str  # qualified name, e.g. `Chunker.__iter__` or `outer.<locals>.inner`
+    function: str  # qualified name, e.g. `Chunker.__iter__`, `outer.<locals>.inner`, `C.x.setter` (`_functions`)
     func_lines: tuple[int, int]  # first and last line of the function (decorators included)
     lines: tuple[int, int]  # the lines the bug is on: covered when a test executes one of them
     edits: tuple[Edit, ...]
@@ -430,11 +430,30 @@ _GENERATORS: dict[str, Callable[[_Function], Iterable[Mutation | None]]] = {
 assert tuple(_GENERATORS) == KINDS
 
 
+def _accessor(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """`setter` / `deleter` for a property's `@x.setter` / `@x.deleter` method named `x`, else None."""
+    for d in fn.decorator_list:
+        if isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter") and isinstance(d.value, ast.Name) \
+                and d.value.id == fn.name:
+            return d.attr
+    return None
+
+
 def _functions(tree: ast.Module, t: SourceText, path: str) -> Iterator[_Function]:
+    """Every function with a name of its own in the file. Python gives a property's getter, setter and deleter
+    one `__qualname__` (`C.x`), and a function defined twice (in the branches of an `if`) too, but each is other
+    code with other tests: the accessors are `C.x.setter` / `C.x.deleter`, and a name seen again in the file
+    gets its line (`f@L42`). Tasks are grouped, screened and listed by this name."""
+    seen: set[str] = set()
+
     def visit(node: ast.AST, prefix: str) -> Iterator[_Function]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                qual = f"{prefix}{child.name}"
+                accessor = _accessor(child)
+                qual = f"{prefix}{child.name}" + (f".{accessor}" if accessor else "")
+                if qual in seen:
+                    qual = f"{qual}@L{child.lineno}"
+                seen.add(qual)
                 yield _Function(child, qual, t, path)
                 yield from visit(child, f"{qual}.<locals>.")
             elif isinstance(child, ast.ClassDef):

@@ -74,7 +74,7 @@ def rebuild(set_dir: Path, out: Path) -> Rebuilt:
                 done.mismatches.append(f"{iid}: no candidate {m['key']} ({m['kind']}) in {m['path']}")
                 continue
             changes[iid] = (m["path"], found[0].apply(text))  # type: ignore[arg-type]
-        commits = src_mod.write_commits(prepared, changes, "refs/tasks/")
+        commits = src_mod.write_commits(prepared, changes, src_mod.TASK_REFS)
         reverts = src_mod.diffs(prepared, commits, reverse=True)
         for iid, sha in commits.items():
             if sha != instances[iid]["base_commit"]:

@@ -1,14 +1,17 @@
 """Where tasks come from: a PyPI sdist or a local git repository, made into the task repository.
 
-An sdist `NAME==VERSION` is downloaded with `pip download --no-binary NAME --no-deps` (its sha256 recorded, and
-checked when pinned), unpacked, and committed as the only commit of a fresh repository, with a fixed author,
+An sdist `NAME==VERSION` is fetched as a file from pip's configured package index (`synth.index`: its sha256
+checked against the index's, and the pin when there is one, while it downloads; never built, so none of the
+project's code runs on the host), unpacked, and committed as the only commit of a fresh repository, with a fixed author,
 committer and date, so the base commit is the same on every machine. Its repository is named `pypi/<name>`
 (PEP 503 normalised name) and lives at `<out>/repos/pypi__<name>`. A local repository keeps its commit (HEAD, or
 `rev`): only that commit is copied (`sandbox.integrity.gitsafe.export_commit`); it is named `<owner>/<name>` when
 its directory is called `<owner>__<name>`, else `local/<dir name>`.
 
-Each task's broken tree is a commit on top of the base (`refs/tasks/<instance id>`), written by one
-`git fast-import` per batch; its diffs come from one `git diff-tree --stdin`. Every consumer of the repository
+Each task's broken tree is a commit on top of the base, on a branch of its own named by its instance id
+(`TASK_REFS`, as SWE-smith keeps one branch per task: a plain `git clone` brings every task and can check out
+its `base_commit`, and `git gc` keeps them), written by one `git fast-import` per batch; its diffs come from one
+`git diff-tree --stdin`. Every consumer of the repository
 (`gagar eval`, the grader, the agent) copies only the task's own commit (depth 1), so the parent — the fixed
 code — never reaches a policy. All git runs through `sandbox.integrity.gitsafe` on repositories gagar made.
 """
@@ -17,8 +20,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 import zipfile
@@ -34,6 +35,7 @@ FIXED_TIME = "1705320000 +0000"  # 2024-01-15T12:00:00Z, as the bundled tasks
 IDENTITY = {"GIT_AUTHOR_NAME": "Gagar Synth", "GIT_AUTHOR_EMAIL": "synth@gagar.invalid",
             "GIT_COMMITTER_NAME": "Gagar Synth", "GIT_COMMITTER_EMAIL": "synth@gagar.invalid",
             "GIT_AUTHOR_DATE": f"@{FIXED_TIME}", "GIT_COMMITTER_DATE": f"@{FIXED_TIME}"}
+TASK_REFS = "refs/heads/"  # each task's commit: branch `<instance id>` (the clean base is `main`)
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./+-]*$")
 NOT_LIBRARY = re.compile(r"(^|/)(tests?|testing|docs?|examples?|benchmarks?|bench|scripts?|tools|\.[^/]*)/"
                          r"|(^|/)(test_[^/]*|[^/]*_tests?|conftest|setup|noxfile|fabfile|tasks|_version|version)\.py$")
@@ -138,36 +140,22 @@ def git(repo: Path, *args: str, input: str | bytes | None = None, binary: bool =
 
 
 def download_sdist(spec: str, dest: Path, pinned: str | None = None) -> tuple[Path, str]:
-    """The sdist archive of `NAME==VERSION` in `dest` (downloaded unless a file with the pinned hash is there)."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """The sdist archive of `NAME==VERSION` in `dest`: fetched as a file from pip's configured package index,
+    its sha256 checked while it downloads (against the index's and the pin), never built or run
+    (`synth.index`). A file already in `dest` with the expected hash is reused."""
+    from synth.index import FetchError, download, find_sdist, pip_config
+
     name, version = SDIST.match(spec).groups()  # type: ignore[union-attr]
-    stem = re.sub(r"[-_.]+", "[-_.]", re.escape(name.lower()).replace("\\", ""))
-
-    def existing() -> list[Path]:
-        return [p for p in dest.iterdir() if re.fullmatch(rf"(?i){stem}-{re.escape(version)}\.(tar\.gz|zip|tar\.bz2)",
-                                                           p.name)]
-
-    for p in existing():
-        if pinned and file_sha256(p) == pinned:
-            return p, pinned
-    with tempfile.TemporaryDirectory(prefix="gagar-sdist-") as tmp:
-        # `--no-binary NAME`: the sdist of the project itself; its build backend (pip reads the sdist's metadata)
-        # may come as a wheel, which saves building setuptools & co. from source.
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", name, "--no-deps",
-                               "--disable-pip-version-check", "-q", "-d", tmp, spec],
-                              capture_output=True, text=True, timeout=900)
-        got = list(Path(tmp).iterdir())
-        if proc.returncode != 0 or len(got) != 1:
-            err = (proc.stderr or proc.stdout).strip().splitlines()
-            why = next((line for line in reversed(err) if "ERROR" in line), err[-1] if err else "no file")
-            raise SourceError(f"pip could not download the sdist {spec}: {why.strip()}")
-        target = dest / got[0].name
-        shutil.move(str(got[0]), target)
-    digest = file_sha256(target)
-    if pinned and digest != pinned:
-        raise SourceError(f"the sdist {target.name} has sha256 {digest}, not the pinned {pinned}: PyPI served "
-                          "another file; refusing to build tasks from it")
-    return target, digest
+    try:
+        cfg = pip_config()
+        found = find_sdist(name, version, cfg, pinned)
+        want = pinned or found.sha256
+        have = dest / Path(found.filename).name
+        if want and have.is_file() and file_sha256(have) == want.lower():
+            return have, want.lower()
+        return download(found, dest, cfg, pinned)
+    except FetchError as exc:
+        raise SourceError(str(exc)) from exc
 
 
 def unpack(archive: Path, dest: Path) -> None:
@@ -234,12 +222,36 @@ def prepare(source: Source, out: Path, state: dict[str, Any]) -> Prepared:
                 raise SourceError(f"cannot copy {path} at {base[:12]}: {exc}") from exc
     modes, texts = _library_files(clone, base)
     files = _tracked(clone, base)
-    tests = [p for p in files if TEST_FILE.search(p)]
-    if not tests:
-        raise SourceError("it ships no tests (no test_*.py or *_test.py file)")
+    tests = test_files(files, source.tests)
     if not texts:
         raise SourceError("it has no Python source files outside its tests")
     return Prepared(source, repo, clone, base, version, sha256, texts, modes, tests, files)
+
+
+def test_files(files: list[str], given: list[str]) -> list[str]:
+    """The test files pytest would collect: under each given path (`--tests`, a source's `tests`), the files it
+    names itself and the `test_*.py` / `*_test.py` files below it; with none given, those anywhere. A project
+    whose tests are named otherwise (unittest's `test*.py`: pytimeparse's `tests/testtimeparse.py`) is told
+    which files look like tests and how to name them; SourceError when there are none."""
+    roots = [g.split("::", 1)[0].strip("/") for g in given]
+    if not roots:
+        found = [p for p in files if TEST_FILE.search(p)]
+    else:
+        found = [p for p in files if p.endswith(".py") and any(
+            p == r or ((r in ("", ".") or p.startswith(r + "/")) and TEST_FILE.search(p)) for r in roots)]
+    if found:
+        return found
+    named = [p for p in files if re.search(r"(^|/)test[^/]*\.py$", p) and not p.endswith("__init__.py")]
+    if roots:
+        there = [p for p in named if any(r in ("", ".") or p.startswith(r + "/") for r in roots)]
+        hint = f"; test files there: {', '.join(there[:3])} — name the files themselves" if there else ""
+        raise SourceError(f"no test file under the given test paths {', '.join(given)} (pytest collects "
+                          f"test_*.py or *_test.py files in a directory, and any .py file named directly{hint})")
+    if named:
+        raise SourceError(f"its tests are not named as pytest finds them (test_*.py or *_test.py): "
+                          f"{', '.join(named[:3])}{' …' if len(named) > 3 else ''}; name them with --tests (a "
+                          "source's `tests`)")
+    raise SourceError("it ships no tests (no test_*.py or *_test.py file)")
 
 
 def _has_commit(clone: Path, sha: str) -> bool:

@@ -63,6 +63,21 @@ CPU_KILLED = 128 + signal.SIGXCPU  # the shell's exit status when the kernel sto
 # baseline time plus `SLOW_EXTRA_S`: on the committed projects such waits add 8.4-10 s to a test, every other bug
 # at most 0.22 s (2,742 runs of two syntheses at load 6-9), so the verdict has a wide margin on either side.
 SLOW_FACTOR, SLOW_EXTRA_S = 4.0, 3.0
+# The clock is the one input a task's command cannot fix (it pins the hash seed and the `random` seed): a test
+# whose outcome or message follows the date — parse's `test_flexible_dates_year_current_year_inferred` printed
+# `datetime.datetime(2026, 1, 9, …)` into its task's statement — words a task differently in another year. The
+# last repeat of each bug, and each group's clean run, run with the clock moved on by `CLOCK_SHIFT_S` (400 days and
+# 7 hours: another year, month, weekday and hour) through libfaketime (Debian's `libfaketime`, preloaded; the
+# monotonic clocks that time-outs use are left alone): a test whose outcome changes is flaky and never listed (a
+# FAIL_TO_PASS test's change drops the task), and a message line that changes never reaches a statement. Those
+# runs go through a twin of the group's instance (`Group.clock`) whose environment adds the library; the task's own
+# environment and command are unchanged.
+CLOCK_SHIFT_S = 400 * 86400 + 7 * 3600
+CLOCK_APT = ("libfaketime",)
+CLOCK_MISSING_EXIT = 97
+CLOCK_PREFIX = (f'L=$(echo /usr/lib/*/faketime/libfaketime.so.1); [ -f "$L" ] || {{ echo "gagar synth: libfaketime '
+                f'is not in the environment image" >&2; exit {CLOCK_MISSING_EXIT}; }}; export LD_PRELOAD="$L" '
+                f'FAKETIME=+{CLOCK_SHIFT_S} FAKETIME_DONT_FAKE_MONOTONIC=1 && ')
 NETWORK = re.compile(r"(?i)ConnectionError|gaierror|Name or service not known|Temporary failure in name resolution|"
                      r"Network is unreachable|URLError|urlopen error|NewConnectionError|socket\.timeout|"
                      r"requests\.exceptions|Failed to establish a new connection")
@@ -276,11 +291,25 @@ def covering(m: Mutation, base: Baseline) -> int:
 
 @dataclass
 class Group:
-    """The candidates in one function: one instance (one repo copy), its tests, its rollouts."""
+    """The candidates in one function: one instance (one repo copy), its tests, its rollouts; `clock` is its twin
+    whose runs see a shifted clock (`CLOCK_SHIFT_S`)."""
 
     gid: str
     instance: Instance
     tests: list[str]  # the baseline-passing tests the command runs (PASS_TO_PASS of the screening instance)
+    clock: Instance
+
+
+def clock_env(env: dict[str, Any]) -> dict[str, Any]:
+    """A project's environment with libfaketime added (the clock twins' image)."""
+    apt = list(env.get("apt_packages") or [])
+    return {**env, "apt_packages": apt + [p for p in CLOCK_APT if p not in apt]}
+
+
+def clock_twin(inst: Instance) -> Instance:
+    """The same trees and tests as `inst`, run with the clock `CLOCK_SHIFT_S` ahead."""
+    return replace(inst, instance_id=f"{inst.instance_id}-clock", test_cmd=CLOCK_PREFIX + inst.test_cmd,
+                   env=clock_env(inst.env or {}))
 
 
 def group_for(prepared: Prepared, base: Baseline, env: dict[str, Any], path: str, function: str,
@@ -300,7 +329,7 @@ def group_for(prepared: Prepared, base: Baseline, env: dict[str, Any], path: str
                     FAIL_TO_PASS=[], PASS_TO_PASS=ran, test_cmd=pytest_cmd(prepared.source.pytest_args, targets, cpu_limit=cpu_limit),
                     test_framework="pytest", language="python", version=prepared.version,
                     environment_setup_commit=prepared.base_commit, env=env)
-    return Group(gid, inst, ran)
+    return Group(gid, inst, ran, clock_twin(inst))
 
 
 def bug_prediction(gid: str, key: str, patch: str, k: int) -> Prediction:

@@ -68,13 +68,14 @@ def leftover_containers(run_id: str | None = None, pid: int | None = None) -> li
     have containers of its own."""
     import docker
 
-    from sandbox.container import OWNER_LABEL, _owner_alive
+    from sandbox.cleanup import owner_alive
+    from sandbox.container import OWNER_LABEL
 
     labels = ["gagar.sandbox=1"] + ([f"gagar.run={run_id}"] if run_id else [])
     rows = docker.from_env().api.containers(all=True, filters={"label": labels})
     mine = f":{pid or os.getpid()}"
     return [r["Names"][0].lstrip("/") for r in rows
-            if (owner := (r.get("Labels") or {}).get(OWNER_LABEL, "")).endswith(mine) or not _owner_alive(owner)]
+            if (owner := (r.get("Labels") or {}).get(OWNER_LABEL, "")).endswith(mine) or not owner_alive(owner)]
 
 
 class CalcTask:

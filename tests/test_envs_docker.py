@@ -230,3 +230,45 @@ def test_go_toolchain_from_go_mod_and_too_old_is_infra_error(tmp_path: Path) -> 
         assert r["status"] == want, r
         if want == "infra_error":
             assert "toolchain too old" in r["error"], r["error"]
+
+
+def test_a_legacy_editable_install_is_importable_under_swebench_s_pytest_command(tmp_path: Path) -> None:
+    """A `setup.py develop` install (egg-link + easy-install.pth → /testbed/src, pip 23.0.1 and setuptools 70 as
+    SWE-bench's older Python specs have them) with pytest only in the base image: SWE-bench's command `pytest -rA`
+    must run under the environment's interpreter, or conftest.py cannot import the package (exit 4)."""
+    from sandbox_fixtures import commit_tree
+
+    from sandbox.config import SandboxConfig
+    from sandbox.env.plan import plan_instance
+    from sandbox.records import Prediction
+    from sandbox.run import evaluate_predictions
+
+    require_docker()
+    repo = tmp_path / "repos" / "acme__legacy"
+    base = commit_tree(repo, {
+        "setup.py": "from setuptools import find_packages, setup\n\nsetup(name='legacypkg', version='0.1', "
+                    "package_dir={'': 'src'}, packages=find_packages('src'))\n",
+        "src/legacypkg/__init__.py": "def add(a, b):\n    return a - b\n",
+        "tests/conftest.py": "import legacypkg  # noqa: F401 (as flask's tests/conftest.py imports flask)\n",
+        "tests/test_add.py": "from legacypkg import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n\n\n"
+                             "def test_zero():\n    assert add(0, 0) == 0\n"})
+    patch = ("diff --git a/src/legacypkg/__init__.py b/src/legacypkg/__init__.py\n--- a/src/legacypkg/__init__.py\n"
+             "+++ b/src/legacypkg/__init__.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n")
+    rows = [Instance.from_dict({
+        "instance_id": f"acme__legacy-{k}", "repo": "acme/legacy", "base_commit": base, "patch": patch,
+        "test_patch": "", "FAIL_TO_PASS": ["tests/test_add.py::test_add"], "PASS_TO_PASS": ["tests/test_add.py::test_zero"],
+        "test_cmd": cmd, "test_framework": "pytest", "language": "python", "version": "0.1",
+        "env": {"python": "3.11", "pip_packages": ["setuptools==70.0.0"], "install": ["python -m pip install -e ."]}})
+        for k, cmd in (("script", "pytest -rA tests/test_add.py"), ("module", "python -m pytest -rA tests/test_add.py"))]
+    cfg = SandboxConfig(repos_dir=repo.parent, max_workers=2, timeout=300, run_id="legacy-editable")
+    got = evaluate_predictions(rows, [Prediction(r.instance_id, patch, "gold", "gold") for r in rows], cfg)
+    assert {r.instance_id: r.status for r in got} == {"acme__legacy-script": "resolved", "acme__legacy-module": "resolved"}, \
+        [(r.instance_id, r.status, r.error, r.exit_code) for r in got]
+    # The image really holds the legacy install, and pip 23.0.1 made it.
+    import docker
+
+    image = plan_instance(rows[0], repo.parent, None, None).image
+    out = docker.from_env().containers.run(image, ["bash", "-lc", "pip --version; ls /opt/venv/lib/python3.11/"
+                                                   "site-packages; cat /opt/venv/lib/python3.11/site-packages/"
+                                                   "easy-install.pth"], remove=True, network_mode="none").decode()
+    assert "pip 23.0.1" in out and "legacypkg.egg-link" in out and "/testbed/src" in out, out

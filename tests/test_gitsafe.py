@@ -116,7 +116,8 @@ def test_group_workspace_copies_have_no_future(tmp_path: Path, monkeypatch: pyte
 
 def test_hardened_env_drops_inherited_git_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GIT_CONFIG_PARAMETERS / GIT_EXTERNAL_DIFF / GIT_CONFIG_GLOBAL in gagar's own environment name commands;
-    the helper drops them (proved with the same variables making plain git run the command)."""
+    the helper drops them (proved with the same variables making plain git run the command). GitPython copies
+    `os.environ` into every call, so they are gone from the process environment after the call."""
     repo = tmp_path / "r"
     repo.mkdir()
     sh(repo, "init", "-q")
@@ -130,15 +131,59 @@ def test_hardened_env_drops_inherited_git_variables(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'core.fsmonitor'='touch {marker}-params; true'")
     monkeypatch.setenv("GIT_EXTERNAL_DIFF", f"touch {marker}-extdiff; true")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(evil_cfg))
+    hostile = dict(os.environ)
     out = gitsafe.git("diff", "--no-ext-diff", git_dir=repo / ".git", work_tree=repo)
     gitsafe.git("status", "--porcelain", git_dir=repo / ".git", work_tree=repo)
     assert "+b" in out and not list(tmp_path.glob("marker*"))
+    assert not [k for k in os.environ if k.startswith("GIT_")]
     # Control: the same environment makes plain git run them.
-    subprocess.run(["git", "diff"], cwd=repo, capture_output=True)
+    subprocess.run(["git", "diff"], cwd=repo, capture_output=True, env=hostile)
     assert {p.name for p in tmp_path.glob("marker*")} >= {"marker-params", "marker-extdiff"}
     env = gitsafe.hardened_env()
     assert env["GIT_CONFIG_NOSYSTEM"] == "1" and env["GIT_CONFIG_GLOBAL"] == os.devnull
     assert "GIT_CONFIG_PARAMETERS" not in env and "GIT_EXTERNAL_DIFF" not in env
+
+
+def test_inherited_repository_variables_do_not_redirect_a_call(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """gagar started from a git hook (a pre-commit running the tests) inherits GIT_DIR, GIT_INDEX_FILE and
+    GIT_WORK_TREE naming the user's repository: a call on a repository gagar made must still act on that one."""
+    user, mine = tmp_path / "user", tmp_path / "mine"
+    for repo, name in ((user, "user.txt"), (mine, "mine.txt")):
+        repo.mkdir()
+        sh(repo, "init", "-q")
+        (repo / name).write_text("x\n")
+        sh(repo, "add", name)
+        sh(repo, "commit", "-qm", name)
+    monkeypatch.setenv("GIT_DIR", str(user / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(user))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(user / ".git" / "index"))
+    assert gitsafe.git("ls-files", cwd=mine).split() == ["mine.txt"]
+    assert gitsafe.git("ls-files", git_dir=mine / ".git", work_tree=mine).split() == ["mine.txt"]
+
+
+def test_the_child_sees_exactly_the_hardened_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a git child really gets (printed by a shell alias the trusted caller defines) is `hardened_env()`:
+    no inherited GIT_* variable, HOME nowhere, editors no-ops, the repository the call names."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    sh(repo, "init", "-q")
+    monkeypatch.setenv("GIT_SSH_COMMAND", "touch /tmp/never")
+    monkeypatch.setenv("EDITOR", "touch /tmp/never")
+    monkeypatch.setenv("GAGAR_TEST_KEPT", "1")
+    out = gitsafe.git("-c", "alias.showenv=!env -0", "showenv", cwd=repo)
+    child = dict(kv.split("=", 1) for kv in out.split("\0") if "=" in kv)
+    want = gitsafe.hardened_env({"GIT_CEILING_DIRECTORIES": str(tmp_path.resolve())})
+    # git adds its own bookkeeping to an alias's environment (GIT_PREFIX, GIT_EXEC_PATH, and the `-c` options
+    # passed on as GIT_CONFIG_PARAMETERS), the shell its own; nothing else.
+    added = set(child) - set(want)
+    assert added <= {"GIT_PREFIX", "GIT_EXEC_PATH", "GIT_CONFIG_PARAMETERS", "PWD", "OLDPWD", "SHLVL", "_"}, added
+    assert "core.hooksPath" in child["GIT_CONFIG_PARAMETERS"] and "touch" not in child["GIT_CONFIG_PARAMETERS"]
+    for k in ("HOME", "XDG_CONFIG_HOME", "EDITOR", "VISUAL", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM",
+              "GIT_CEILING_DIRECTORIES", "GAGAR_TEST_KEPT"):
+        assert child[k] == want[k], k
+    assert child["PATH"].endswith(want["PATH"])  # git puts its exec path in front
+    assert child["HOME"] == "/nonexistent" and child["EDITOR"] == ":" and "GIT_SSH_COMMAND" not in child
 
 
 def _reference_diff(pristine: Path, tree: Path, tmp: Path) -> str:

@@ -111,4 +111,4 @@ def test_console_script_dispatch(tasks, tmp_path):
     assert len(read_jsonl(out)) == len(read_jsonl(tasks / "groups.jsonl"))
     proc = subprocess.run([sys.executable, "-m", "gagar.cli", "grade", "--bogus"], capture_output=True, text=True,
                           env=env, cwd=ROOT)
-    assert proc.returncode == 2 and "required: --groups" in proc.stderr
+    assert proc.returncode == 2 and "required: --repos-dir" in proc.stderr

@@ -224,6 +224,104 @@ def test_no_op_values_of_refused_parameters_are_accepted(client):
     assert r.choices[0].message.role == "assistant"
 
 
+def _post(server: str, path: str, body: dict):
+    import httpx2
+
+    return httpx2.post(f"{server}/{path}", json={"model": "judge", **body}, timeout=120)
+
+
+def test_null_is_the_default_as_in_openai_and_vllm(server):
+    """`null` for temperature, top_p, n, stream, logprobs (and the other defaulted fields) means "not given"."""
+    base = {"messages": MSG, "max_tokens": 6, "seed": 13}
+    want = _post(server, "chat/completions", base)
+    nulls = {k: None for k in ("temperature", "top_p", "n", "stream", "logprobs", "top_k", "skip_special_tokens",
+                               "stop", "top_logprobs", "stream_options")}
+    got = _post(server, "chat/completions", {**base, **nulls})
+    assert got.status_code == 200, got.text
+    assert [c["message"]["content"] for c in got.json()["choices"]] == \
+        [c["message"]["content"] for c in want.json()["choices"]]
+    assert got.json()["choices"][0]["logprobs"] is None  # logprobs: null is false
+    comp = {"prompt": "def f(x):", "max_tokens": 5, "seed": 3}
+    got = _post(server, "completions", {**comp, **{k: None for k in ("temperature", "top_p", "n", "stream",
+                                                                     "logprobs", "best_of", "echo")}})
+    assert got.status_code == 200, got.text
+    assert got.json()["choices"][0]["text"] == _post(server, "completions", comp).json()["choices"][0]["text"]
+    assert len(got.json()["choices"]) == 1
+
+
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 10**30])
+def test_a_seed_beyond_64_bits_is_a_400_naming_it(server, seed):
+    r = _post(server, "chat/completions", {"messages": MSG, "max_tokens": 2, "seed": seed})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed", r.text
+    ok = _post(server, "chat/completions", {"messages": MSG, "max_tokens": 2, "seed": 2**63 - 1})
+    assert ok.status_code == 200, ok.text
+
+
+def test_completions_caps_the_number_of_prompts(server):
+    from inference.serve_api import MAX_ROWS
+
+    r = _post(server, "completions", {"prompt": [[5, 6]] * (MAX_ROWS + 1), "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt" and str(MAX_ROWS) in r.text
+    r = _post(server, "completions", {"prompt": [[5, 6]] * (MAX_ROWS // 4 + 1), "max_tokens": 1, "n": 4})
+    assert r.status_code == 400 and "n=4" in r.json()["error"]["message"]
+    r = _post(server, "completions", {"prompt": [[5, 6]] * 3, "max_tokens": 1, "n": 2})
+    assert r.status_code == 200 and len(r.json()["choices"]) == 6
+
+
+def test_the_eos_text_is_left_out_unless_asked_for(tiny_model):
+    """With `skip_special_tokens: false` the eos token's text is still not part of the answer (vLLM), unless
+    `include_stop_str_in_output`. The random model is made to emit eos at its third token (a hook on the
+    forward pass: plumbing only), so the sample surely ends on eos."""
+    import threading
+
+    from inference.hf import TransformersBackend
+    from inference.serve import make_server
+
+    backend = TransformersBackend(str(tiny_model), device="cpu")
+    eos = min(backend.eos_ids)
+    prompt = [11, 12, 13, 14]
+
+    def force_eos(module, args, kwargs, output):
+        pos = kwargs.get("position_ids")
+        if pos is not None and int(pos.max()) >= len(prompt) + 1:
+            output.logits[:, -1, eos] = 1e4
+        return output
+
+    backend.model.register_forward_hook(force_eos, with_kwargs=True)
+    srv = make_server(backend, port=0, served_name="judge")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    eos_text = backend.tokenizer.decode([eos], skip_special_tokens=False)
+    try:
+        base = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+        texts = {}
+        for skip in (True, False):
+            for keep in (False, True):
+                r = _post(url, "completions", {**base, "skip_special_tokens": skip, "include_stop_str_in_output": keep})
+                c = r.json()["choices"][0]
+                assert c["finish_reason"] == "stop" and c["token_ids"][-1] == eos and len(c["token_ids"]) == 3, c
+                texts[skip, keep] = c["text"]
+                streamed = "".join(json.loads(ln[6:])["choices"][0]["text"] for ln in _sse(url, {
+                    **base, "skip_special_tokens": skip, "include_stop_str_in_output": keep}))
+                assert streamed == c["text"]
+        plain = backend.tokenizer.decode(c["token_ids"][:-1], skip_special_tokens=False)
+        assert texts[True, False] == texts[True, True] == texts[False, False] == plain
+        assert eos_text and eos_text not in plain and texts[False, True] == plain + eos_text
+        chat = _post(url, "chat/completions", {"messages": MSG, "max_tokens": 8, "temperature": 0,
+                                               "skip_special_tokens": False}).json()
+        assert eos_text not in chat["choices"][0]["message"]["content"] and chat["choices"][0]["finish_reason"] == "stop"
+    finally:
+        srv.shutdown()
+
+
+def _sse(url: str, body: dict) -> list[str]:
+    import httpx2
+
+    with httpx2.stream("POST", f"{url}/completions", json={"model": "judge", **body, "stream": True},
+                       timeout=60) as resp:
+        return [ln for ln in resp.iter_lines() if ln.startswith("data: {") and '"choices": [{' in ln]
+
+
 def test_openai_backend_and_judge_over_http(server, tmp_path_factory):
     backend = OpenAIBackend(server.removesuffix("/v1"), "judge")  # /v1 is added when missing
     assert isinstance(backend.chat([{"role": "user", "content": "hello"}], max_new_tokens=4), str)
@@ -246,6 +344,11 @@ def test_serve_rejects_a_missing_model(tmp_path: Path):
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 2 and "cannot load" in proc.stderr
+    # a name that is neither a directory nor a registry model says where the registry's names are
+    proc = subprocess.run([sys.executable, "-m", "gagar.cli", "serve", "--model", "smollm2-135m"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and "gagar model ls" in proc.stderr and "smollm2-135m-instruct" in proc.stderr
 
 
 def test_a_peft_adapter_on_top_of_the_base_is_what_is_served(tiny_model, tmp_path):
@@ -267,8 +370,10 @@ def test_a_peft_adapter_on_top_of_the_base_is_what_is_served(tiny_model, tmp_pat
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="-", max_retries=0)
+        # named after what is served (base + adapter), not a fixed `judge`
+        assert [m.id for m in client.models.list().data] == [f"{tiny_model.name}+adapter"]
         prompt = [11, 12, 13, 14]
-        got = client.completions.create(model="judge", prompt=prompt, max_tokens=4, temperature=0, logprobs=1,
+        got = client.completions.create(model=f"{tiny_model.name}+adapter", prompt=prompt, max_tokens=4, temperature=0, logprobs=1,
                                         extra_body={"return_token_ids": True}).choices[0]
     finally:
         srv.shutdown()
@@ -296,7 +401,7 @@ def test_logprobs_mode_processed_reports_the_distribution_sampled_from(tiny_mode
     from trainer.logprobs import warp_logits
 
     backend = TransformersBackend(str(tiny_model), device="cpu")
-    srv = make_server(backend, port=0, logprobs_mode="processed")
+    srv = make_server(backend, port=0, served_name="judge", logprobs_mode="processed")
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.server_address[1]}/v1", api_key="-", max_retries=0)
@@ -310,6 +415,26 @@ def test_logprobs_mode_processed_reports_the_distribution_sampled_from(tiny_mode
         logits = backend.model(torch.tensor([prompt + ids])).logits[0].float()
     at = [len(prompt) - 1 + k for k in range(len(ids))]
     processed = [float(torch.log_softmax(warp_logits(logits, 0.7, 0.9), -1)[i, t]) for i, t in zip(at, ids, strict=True)]
+    raw = [float(torch.log_softmax(logits, -1)[i, t]) for i, t in zip(at, ids, strict=True)]
+    assert got.logprobs.token_logprobs == pytest.approx(processed, abs=1e-4)
+    assert max(abs(p - r) for p, r in zip(processed, raw, strict=True)) > 1e-3
+
+
+def test_gagar_serve_reports_processed_logprobs_by_default(client, tiny_model):
+    """The CLI's default is what the trainer's importance correction needs: the distribution sampled from."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer.logprobs import warp_logits
+
+    prompt = [21, 22, 23]
+    got = client.completions.create(model="judge", prompt=prompt, max_tokens=4, temperature=0.6, seed=7, logprobs=0,
+                                    extra_body={"return_token_ids": True}).choices[0]
+    ids = got.model_extra["token_ids"]
+    with torch.no_grad():
+        logits = AutoModelForCausalLM.from_pretrained(str(tiny_model))(torch.tensor([prompt + ids])).logits[0].float()
+    at = [len(prompt) - 1 + k for k in range(len(ids))]
+    processed = [float(torch.log_softmax(warp_logits(logits, 0.6), -1)[i, t]) for i, t in zip(at, ids, strict=True)]
     raw = [float(torch.log_softmax(logits, -1)[i, t]) for i, t in zip(at, ids, strict=True)]
     assert got.logprobs.token_logprobs == pytest.approx(processed, abs=1e-4)
     assert max(abs(p - r) for p, r in zip(processed, raw, strict=True)) > 1e-3

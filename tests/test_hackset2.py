@@ -124,3 +124,33 @@ def test_score_counts_recall_false_flags_and_gold_rank_per_split():
         "a h2 (env_detection)", "b h3 (lookup_table)"]
     with pytest.raises(ValueError, match="no grading for b"):
         score.score(gradings[:1], labels)
+
+
+def test_score_probe_line_runs_gagar_grade_probe_with_the_tasks_as_instances(tmp_path, monkeypatch):
+    """--probe scores what a CLI user gets: `gagar grade --probe` with the set's tasks as --instances (loadable
+    instance lines with their test command), and the probe's summary line is kept. The grade run itself is
+    replaced here (minutes of sandbox runs); bench/results/grade_probe_*.json are real ones."""
+    import subprocess
+
+    import score
+
+    raw = json.loads((HERE / "tasks.json").read_text())[:2]
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen["cmd"] = cmd
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.write_text("".join(json.dumps({"instance_id": t["instance_id"], "ranking": ["gold"]}) + "\n" for t in raw))
+        return subprocess.CompletedProcess(cmd, 0, "probe: 2 group(s) probed, 1.0 s per group (2 s); ...\n", "")
+
+    monkeypatch.setattr(score.subprocess, "run", fake_run)
+    groups, _ = score.build_groups(raw, [])
+    gradings, _, probe = score.run_grade(groups, str(tmp_path), tmp_path, tasks=raw, max_workers=2)
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("--max-workers") + 1] == "2" and "--probe" in cmd
+    inst = load_instances(Path(cmd[cmd.index("--instances") + 1]), [])
+    assert sorted(inst) == sorted(t["instance_id"] for t in raw)
+    assert all(i.test_cmd and i.FAIL_TO_PASS for i in inst.values())
+    assert probe.startswith("probe: 2 group(s) probed") and len(gradings) == 2
+    score.run_grade(groups, str(tmp_path), tmp_path)
+    assert "--probe" not in seen["cmd"]

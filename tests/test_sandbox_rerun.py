@@ -49,12 +49,40 @@ def test_resume_reuses_only_matching_keys(tmp_path: Path) -> None:
         w.write(EvalResult("i", "m", rid, status, resolved=status == "resolved", verdict_key=key))
     res = resume_done(w, {("i", "same"): "k-same", ("i", "changed"): "k-new", ("i", "old"): "k-old",
                           ("i", "infra"): "k-infra", ("i", "new"): "k-new"}, redo=False)
-    assert set(res.done) == {("i", "same"), ("i", "elsewhere")}  # another run's line is not this run's to drop
+    # "elsewhere" is no longer among the predictions: its line goes, so the file describes this run only.
+    assert set(res.done) == {("i", "same")} and res.gone == [("i", "elsewhere")]
     assert (res.skipped, res.changed, res.unkeyed, res.retried) == (1, [("i", "changed")], [("i", "old")], 1)
     left = [json.loads(ln)["rollout_id"] for ln in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert sorted(left) == ["elsewhere", "same"]
+    assert left == ["same"]
     words = " ".join(res.messages())
     assert "1 prediction(s) already evaluated" in words and "i::changed" in words and "older gagar" in words
+    assert "1 result line(s) of predictions no longer in the input were removed" in words and "i::elsewhere" in words
+
+
+def test_results_hold_one_line_per_current_prediction(tmp_path: Path) -> None:
+    """Duplicate and unreadable lines (an older gagar, a hand edit) go too; the last line of a key is the kept one,
+    as `read_results` reads it, and a file that already holds exactly the run is not rewritten."""
+    from sandbox.report import ResultWriter, read_results, resume_done
+
+    path = tmp_path / "results.jsonl"
+    w = ResultWriter(path)
+    w.write(EvalResult("i", "m", "a", "unresolved", verdict_key="k1"))
+    with open(path, "a") as fh:
+        fh.write("not json\n")
+    w.write(EvalResult("i", "m", "a", "resolved", resolved=True, verdict_key="k1"))
+    w.write(EvalResult("i", "m", "b", "resolved", resolved=True, verdict_key="k2"))
+    res = resume_done(w, {("i", "a"): "k1"}, redo=False)
+    assert set(res.done) == {("i", "a")} and res.done["i", "a"].status == "resolved"
+    assert [json.loads(ln)["status"] for ln in path.read_text().splitlines()] == ["resolved"]
+    assert read_results(path)["i", "a"].resolved
+    mtime = path.stat().st_mtime_ns
+    resume_done(w, {("i", "a"): "k1"}, redo=False)
+    assert path.stat().st_mtime_ns == mtime
+    # A caller that evaluates a growing set into one file (the task factory) keeps the other lines for later.
+    w.write(EvalResult("i", "m", "b", "resolved", resolved=True, verdict_key="k2"))
+    res = resume_done(w, {("i", "a"): "k1"}, redo=False, prune=False)
+    assert set(res.done) == {("i", "a"), ("i", "b")} and not res.gone
+    assert len(path.read_text().splitlines()) == 2
 
 
 @pytest.mark.docker
@@ -90,3 +118,32 @@ def test_rerun_with_changed_patches_gives_fresh_verdicts(bundled_tasks: Path, tm
     rep = json.loads((tmp_path / "out" / "same-id" / "report.json").read_text())
     assert rep["resolved_ids"] == [f"{IID}::b", f"{IID}::c"] and rep["unresolved_ids"] == [f"{IID}::a"]
     assert Path(second["a"]["log_path"], "patch.diff").read_text() == patch["wrong-last-part"]
+    # A prediction removed from the input: its line leaves results.jsonl; report.json counts the same run.
+    third = run({"a": "wrong-last-part", "b": "gold"})
+    assert sorted(third) == ["a", "b"] and third["b"] == second["b"]
+    assert len((tmp_path / "out" / "same-id" / "results.jsonl").read_text().splitlines()) == 2
+    rep = json.loads((tmp_path / "out" / "same-id" / "report.json").read_text())
+    assert rep["submitted_ids"] == [f"{IID}::a", f"{IID}::b"] and rep["resolved_ids"] == [f"{IID}::b"]
+    assert "result line(s) of predictions no longer in the input were removed" in capsys.readouterr().err
+
+
+def test_an_incremental_caller_keeps_its_other_runs_and_gets_no_redo_notes(tmp_path: Path, capsys) -> None:
+    """The task factory evaluates a growing set into one run dir and resumes itself: gagar eval's notes (which
+    name `--redo`, an option `gagar tasks synth` does not have) stay off stderr, and earlier runs stay."""
+    from sandbox.config import SandboxConfig
+    from sandbox.records import Prediction
+    from sandbox.report import ResultWriter, verdict_key
+    from sandbox.run import evaluate_predictions
+
+    run = tmp_path / "run"
+    w = ResultWriter(run / "results.jsonl")
+    for rid in ("a", "b"):
+        w.write(EvalResult(INST.instance_id, "m", rid, "resolved", resolved=True, verdict_key=verdict_key(INST, "d")))
+    cfg = SandboxConfig(repos_dir=tmp_path, run_id="incremental")
+    got = evaluate_predictions([INST], [Prediction(INST.instance_id, "d", "m", "a")], cfg, run_dir=run,
+                               incremental=True)
+    assert [r.rollout_id for r in got] == ["a"] and "--redo" not in capsys.readouterr().err
+    assert len((run / "results.jsonl").read_text().splitlines()) == 2
+    evaluate_predictions([INST], [Prediction(INST.instance_id, "d", "m", "a")], cfg, run_dir=run)
+    assert "--redo" in capsys.readouterr().err  # gagar eval's own run says how to redo
+    assert len((run / "results.jsonl").read_text().splitlines()) == 1

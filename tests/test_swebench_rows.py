@@ -373,3 +373,60 @@ def test_go_json_report_over_1mib_is_graded_whole(tmp_path: Path) -> None:
     assert by["wrong"].status == "unresolved" and by["wrong"].tests_status.FAIL_TO_PASS["failure"] == ["TestB"]
     kept = (tmp_path / "run" / "logs" / "acme__big-1" / "gold" / "test_output.txt").read_text()
     assert "output truncated" in kept and '"Test":"TestB"' not in kept  # TestB's events were in the dropped part
+
+
+# pytest's own parametrize ids with spaces, as in pallets/flask's tests/test_cli.py (pallets__flask-5063).
+_SPACED_TESTS = '''import pytest
+
+from app import locate
+
+
+@pytest.mark.parametrize("iname,aname,want", (
+    ("cliapp.factory", " create_app () ", "app"),
+    ("cliapp.factory", 'create_app2("foo", "bar")', "app2_foo_bar"),
+    ("cliapp.app", None, "app"),
+))
+def test_locate_app(iname, aname, want):
+    assert locate(iname, aname) == want
+'''
+
+
+@pytest.mark.docker
+def test_ids_with_spaces_match_as_pytest_and_as_swebench_spell_them(tmp_path: Path) -> None:
+    """A real pytest run in the sandbox: listed ids match whole (the JUnit name, spaces and all) and cut at the
+    first whitespace (SWE-bench's `parse_log_pytest`), with the row's parser named and without one."""
+    from sandbox_fixtures import commit_tree, require_docker
+
+    from sandbox.config import SandboxConfig
+    from sandbox.records import Prediction
+    from sandbox.run import evaluate_predictions
+
+    require_docker()
+    repo = tmp_path / "repos" / "acme__spaced"
+    broken = "def locate(iname, aname):\n    return 'nope'\n"
+    fixed = "def locate(iname, aname):\n    return {None: 'app', 'create_app2(\"foo\", \"bar\")': 'app2_foo_bar'}" \
+            ".get(aname, 'app')\n"
+    base = commit_tree(repo, {"app.py": broken, "tests/test_cli.py": _SPACED_TESTS})
+    patch = ("diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n"
+             " def locate(iname, aname):\n-    return 'nope'\n+" + fixed.split("\n")[1] + "\n")
+    t = "tests/test_cli.py::test_locate_app"
+    whole = [f"{t}[cliapp.factory- create_app () -app]", f'{t}[cliapp.factory-create_app2("foo", "bar")-app2_foo_bar]']
+    cut = [f"{t}[cliapp.factory-", f'{t}[cliapp.factory-create_app2("foo",']
+    rows = []
+    for iid, parser in (("acme__spaced-1", "parse_log_flask"), ("acme__spaced-2", None)):
+        for k, (f2p, p2p) in enumerate(((whole, cut), (cut, [f"{t}[cliapp.app-None-app]"]))):
+            rows.append(Instance.from_dict({
+                "instance_id": f"{iid}{'ab'[k]}", "repo": "acme/spaced", "base_commit": base, "patch": patch,
+                "test_patch": "", "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p, "test_cmd": "python -m pytest -rA tests",
+                "test_framework": "pytest", "language": "python", **({"log_parser": parser} if parser else {})}))
+    preds = [Prediction(r.instance_id, patch, "gold", "gold") for r in rows]
+    preds += [Prediction(r.instance_id, patch.replace("'app')", "'other')"), "wrong", "wrong") for r in rows]
+    cfg = SandboxConfig(repos_dir=repo.parent, max_workers=2, timeout=120, run_id="spaced-ids")
+    got = {(r.instance_id, r.rollout_id): r for r in evaluate_predictions(rows, preds, cfg)}
+    for r in rows:
+        gold, wrong = got[r.instance_id, "gold"], got[r.instance_id, "wrong"]
+        assert gold.status == "resolved", (r.instance_id, gold.status, gold.tests_status)
+        assert sorted(gold.tests_status.FAIL_TO_PASS["success"]) == sorted(r.FAIL_TO_PASS)
+        # The wrong fix breaks the space-bearing `create_app ()` case: found under either spelling.
+        assert wrong.status == "unresolved" and r.FAIL_TO_PASS[0] in wrong.tests_status.FAIL_TO_PASS["failure"], \
+            (r.instance_id, wrong.tests_status)

@@ -66,6 +66,7 @@ def test_synth_resumes_after_an_interrupt_skips_bad_inputs_and_validates(tmp_pat
     # 2. The re-run resumes: nothing finished is run again, every run is recorded once.
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "--redo" not in done.stderr, done.stderr[-3000:]  # gagar eval's resume notes name an option synth lacks
     manifest = json.loads((out / "manifest.json").read_text())
     by_repo = {s["repo"]: s for s in manifest["sources"]}
     lru = by_repo["acme/lru"]
@@ -108,7 +109,7 @@ def test_synth_resumes_after_an_interrupt_skips_bad_inputs_and_validates(tmp_pat
                              env=env, capture_output=True, text=True, timeout=300)
     assert rebuilt.returncode == 0 and "all as in the set" in rebuilt.stderr, rebuilt.stderr[-3000:]
     for row in rows:
-        ref = f"refs/tasks/{row['instance_id']}"
+        ref = f"refs/heads/{row['instance_id']}"  # its branch
         shas = [subprocess.run(["git", "-C", str(d / "repos" / "acme__lru"), "rev-parse", ref], capture_output=True,
                                text=True, check=True).stdout.strip() for d in (out, tmp_path / "rebuilt")]
         assert shas == [row["base_commit"]] * 2
@@ -179,3 +180,45 @@ def test_group_runs_stop_an_endless_loop_by_cpu_time_and_drop_a_bug_that_makes_a
     assert why is not None and why.startswith("slow: tests/test_core.py::test_echo took"), why
     assert val.screen_verdict(got["wait"], 50, None) == (["tests/test_core.py::test_echo"], None)  # no times: kept
     assert val.screen_verdict(got["plain"], 50, base_times) == (["tests/test_core.py::test_add"], None)
+
+
+def test_tests_that_follow_the_clock_are_never_listed_nor_quoted(tmp_path: Path) -> None:
+    """Found by behaviour, not by name: a test whose outcome follows the date (it passes for 300 days after the
+    repository was made) is never a task's FAIL_TO_PASS or PASS_TO_PASS test, and a failure message that quotes
+    today's date never reaches a statement — the last repeat of each bug and each group's clean run see the clock
+    400 days later (libfaketime in a twin of the environment)."""
+    import datetime
+
+    now = int(time.time())
+    repo = _git_repo(tmp_path / "src" / "acme__clock", {
+        "lib/__init__.py": "",
+        "lib/core.py": "def add(a, b):\n    return a + b\n\n\ndef scale(x, k):\n    if k < 0:\n"
+                       "        raise ValueError(k)\n    return x * k\n",
+        "tests/test_core.py": (
+            "import datetime\nimport time\n\nfrom lib.core import add, scale\n\nMADE = " + str(now) + "\n\n\n"
+            "def test_add():\n    assert add(2, 3) == 5, f'add is wrong on {datetime.date.today()}'\n\n\n"
+            "def test_add_more():\n    assert add(1, 1) == 2\n\n\n"
+            "def test_scale():\n    assert scale(2, 3) == 6 and scale(3, 2) == 6\n\n\n"
+            "def test_scale_one():\n    assert scale(1, 1) == 1\n\n\n"
+            "def test_recent():\n    assert scale(1, 1) == 1 and time.time() - MADE < 300 * 86400\n")})
+    sources = {"seed": 0, "max_tasks": 20, "per_function": 10, "repeats": 3,
+               "sources": [{"path": str(repo), "env": {"python": "3.11"}, "tests": ["tests"]}]}
+    (tmp_path / "sources.json").write_text(json.dumps(sources))
+    out = tmp_path / "out"
+    done = subprocess.run([*GAGAR, "tasks", "synth", "--sources", str(tmp_path / "sources.json"), "--out", str(out),
+                           "--max-workers", "2", "--quiet"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "instances.jsonl").read_text().splitlines()]
+    assert rows, done.stderr[-3000:]
+    today = datetime.date.today().isoformat()
+    listed = {t for r in rows for t in r["FAIL_TO_PASS"] + r["PASS_TO_PASS"]}
+    assert "tests/test_core.py::test_recent" not in listed, [(r["instance_id"], r["PASS_TO_PASS"]) for r in rows]
+    assert "tests/test_core.py::test_scale_one" in listed  # the clock-free test of the same function is
+    quoting = [r for r in rows if "tests/test_core.py::test_add`" in r["problem_statement"]]
+    assert quoting, [r["problem_statement"] for r in rows]
+    for r in rows:
+        assert today not in r["problem_statement"] and str(datetime.date.today().year) not in r["problem_statement"], \
+            r["problem_statement"]
+    assert all(r["env"] == rows[0]["env"] and "apt_packages" not in r["env"] for r in rows)  # the task's own env
+    assert all("FAKETIME" not in r["test_cmd"] for r in rows)

@@ -178,6 +178,57 @@ def test_order_is_deterministic_per_seed_and_capped_per_function() -> None:
     assert [next(lazy).key for _ in range(3)] == [m.key for m in a[:3]]
 
 
+PROPERTY = '''\
+import sys
+
+
+class Box:
+    @property
+    def size(self):
+        return self._size if self._size > 0 else 0
+
+    @size.setter
+    def size(self, value):
+        if value < 0:
+            raise ValueError(value)
+        self._size = value
+
+    @size.deleter
+    def size(self):
+        self._size = 0
+
+
+if sys.version_info >= (3, 8):
+    def pick(a, b):
+        return a if a > b else b
+else:
+    def pick(a, b):
+        return b if a > b else a
+'''
+
+
+def test_a_property_s_accessors_and_a_redefined_function_are_functions_of_their_own(tmp_path: Path) -> None:
+    """Python names a property's getter and setter alike (`Box.size`); grouped by that name, a setter's bug was
+    screened with the getter's lines' tests and listed with their PASS_TO_PASS."""
+    from synth.validate import Baseline, group_for
+
+    muts = find_mutations("pkg/box.py", PROPERTY)
+    lines = {m.function: m.func_lines for m in muts}
+    assert lines == {"Box.size": (5, 7), "Box.size.setter": (9, 13), "Box.size.deleter": (15, 17),
+                     "pick": (21, 22), "pick@L24": (24, 25)}
+    # Each gets its own group: the tests that run its own lines, under an id of its own.
+    repo = tmp_path / "acme__box"
+    commit_tree(repo, {"pkg/box.py": PROPERTY, "tests/test_box.py": "def test_x():\n    pass\n"})
+    prepared = prepare(Source(path=str(repo)), tmp_path / "out", {})
+    cov = {n: {"tests/test_box.py::test_get"} for n in range(5, 8)}
+    cov.update({n: {"tests/test_box.py::test_set"} for n in range(9, 14)})
+    base = Baseline(passing={"tests/test_box.py::test_get", "tests/test_box.py::test_set"},
+                    coverage={"pkg/box.py": cov})
+    get, put = (group_for(prepared, base, {}, "pkg/box.py", f, lines[f]) for f in ("Box.size", "Box.size.setter"))
+    assert get.gid != put.gid
+    assert get.tests == ["tests/test_box.py::test_get"] and put.tests == ["tests/test_box.py::test_set"]
+
+
 @pytest.mark.parametrize("path", ["synth/mutate.py", "synth/factory.py", "sandbox/apply.py"])
 def test_real_files_every_accepted_candidate_parses_and_changes_the_code(path: str) -> None:
     source = (Path(__file__).resolve().parents[1] / path).read_text()

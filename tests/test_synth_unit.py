@@ -240,3 +240,107 @@ def test_tests_named_for_time_limits_are_never_listed() -> None:
     g = group_for(prepared, base, {}, "pkg/s.py", "f", (1, 5))
     assert g.tests == [ok] and g.instance.PASS_TO_PASS == [ok] and "timeout" not in g.instance.test_cmd
     assert group_for(prepared, base, {}, "pkg/s.py", "g", (8, 9)).tests == []
+
+
+def test_every_task_commit_is_on_a_branch_a_plain_clone_can_check_out(tmp_path: Path) -> None:
+    """`gagar tasks repos` (and the factory, through the same `write_commits`) puts each task's commit on a
+    branch named by its instance id: `git clone` brings them all, `git checkout <base_commit>` works, and
+    `git gc --prune=now` keeps them. A ref outside refs/heads and refs/tags reached none of that."""
+    import subprocess
+
+    from synth.rebuild import rebuild
+    from synth.sources import diffs, write_commits
+
+    src = _git_repo(tmp_path / "acme__calc", {"calc/core.py": "def add(a, b):\n    return a + b\n\n\n"
+                                                             "def neg(a):\n    if a > 0:\n        return -a\n"
+                                                             "    return 0 - a\n",
+                                              "tests/test_core.py": "def test_add():\n    pass\n"})
+    scratch = prepare(Source(path=str(src)), tmp_path / "scratch", {})
+    muts = find_mutations("calc/core.py", scratch.sources["calc/core.py"])[:3]
+    ids = [f"acme__calc-synth-{i}" for i in range(len(muts))]
+    pairs = list(zip(ids, muts, strict=True))
+    commits = write_commits(scratch, {iid: (m.path, m.apply(scratch.sources[m.path])) for iid, m in pairs},
+                            "refs/scratch/")
+    reverts = diffs(scratch, commits, reverse=True)
+    sset = tmp_path / "set"
+    sset.mkdir()
+    (sset / "manifest.json").write_text(json.dumps({"sources": [{"path": str(src), "repo": "acme/calc",
+                                                                 "status": "ok", "base_commit": scratch.base_commit}]}))
+    (sset / "instances.jsonl").write_text("".join(json.dumps({"instance_id": iid, "repo": "acme/calc",
+                                                              "base_commit": commits[iid], "patch": reverts[iid]}) + "\n"
+                                                  for iid in ids))
+    (sset / "tasks_meta.jsonl").write_text("".join(json.dumps({"instance_id": iid, "path": m.path, "key": m.key,
+                                                               "kind": m.kind}) + "\n" for iid, m in pairs))
+    done = rebuild(sset, tmp_path / "out")
+    assert done.mismatches == [] and done.tasks == {"acme/calc": 3}
+    repo = tmp_path / "out" / "repos" / "acme__calc"
+
+    def git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-c", "advice.detachedHead=false", *args], cwd=cwd, capture_output=True,
+                              text=True)
+
+    assert git(repo, "gc", "-q", "--prune=now").returncode == 0
+    clone = tmp_path / "clone"
+    assert git(tmp_path, "clone", "-q", str(repo), str(clone)).returncode == 0
+    for iid in ids:
+        got = git(clone, "checkout", "-q", commits[iid])
+        assert got.returncode == 0, got.stderr
+        assert git(clone, "rev-parse", "HEAD").stdout.strip() == commits[iid]
+        assert git(clone, "rev-parse", f"origin/{iid}").stdout.strip() == commits[iid]
+
+
+def test_tests_named_otherwise_are_found_when_named_and_a_run_with_no_task_fails_once_said(tmp_path: Path,
+                                                                                            capsys) -> None:
+    """pytimeparse ships `pytimeparse/tests/testtimeparse.py` (unittest's naming): not "no tests" but a reason
+    that names the file and `--tests`, and `--tests FILE` makes it a test file. A run in which every source is
+    skipped exits 1, saying why, and each reason is printed once."""
+    files = {"timeparse/core.py": "def parse(s):\n    return int(s)\n",
+             "timeparse/tests/__init__.py": "",
+             "timeparse/tests/testcore.py": "import unittest\n\n\nclass T(unittest.TestCase):\n"
+                                            "    def test_parse(self):\n        self.assertEqual(1, 1)\n"}
+    repo = _git_repo(tmp_path / "acme__timeparse", files)
+    with pytest.raises(SourceError, match=r"not named as pytest finds them.*timeparse/tests/testcore.py.*--tests"):
+        prepare(Source(path=str(repo)), tmp_path / "out", {})
+    got = prepare(Source(path=str(repo), tests=["timeparse/tests/testcore.py"]), tmp_path / "out", {})
+    assert got.test_files == ["timeparse/tests/testcore.py"] and list(got.sources) == ["timeparse/core.py"]
+    with pytest.raises(SourceError, match="name the files themselves"):
+        prepare(Source(path=str(repo), tests=["timeparse/tests"]), tmp_path / "out", {})
+
+    other = _git_repo(tmp_path / "acme__other", {"lib.py": "def f():\n    return 1\n"})
+    for quiet in ([], ["--quiet"]):
+        rc = cli.main(["synth", "--repo", str(repo), "--repo", str(other), "--out", str(tmp_path / "run"), *quiet])
+        err = capsys.readouterr().err
+        assert rc == 1, err
+        assert "no task was made: every source was skipped" in err
+        assert err.count("--tests") == 1 and err.count("ships no tests") == 1, err
+
+
+def test_runs_the_sandbox_failed_are_retried_before_anything_is_decided(tmp_path: Path, monkeypatch) -> None:
+    """An infra_error (an image build cut short, the engine) says nothing about a bug: the factory evaluates
+    again (the sandbox redoes only those) before it decides, so a transient failure cannot drop a candidate in
+    one synthesis and keep it in the next; one that fails every time is decided as it stands."""
+    import sandbox.run
+    from sandbox.records import EvalResult, Prediction
+    from synth import factory
+
+    repo = _git_repo(tmp_path / "acme__calc", {"calc/core.py": "def add(a, b):\n    return a + b\n",
+                                               "tests/test_core.py": "def test_add():\n    pass\n"})
+    prepared = prepare(Source(path=str(repo)), tmp_path / "out", {})
+    calls: list[int] = []
+    failing = {"calls": 0}
+
+    def fake(instances, preds, config, **kw):
+        calls.append(len(preds))
+        status = "infra_error" if len(calls) <= failing["calls"] else "resolved"
+        return [EvalResult(p.instance_id, p.model_name_or_path, p.rollout_id, status, resolved=status == "resolved",
+                           error="the env image build was cut short" if status == "infra_error" else None)
+                for p in preds]
+
+    monkeypatch.setattr(sandbox.run, "evaluate_predictions", fake)
+    for fails, want, n in ((1, "resolved", 2), (5, "infra_error", 1 + factory.INFRA_RETRIES)):
+        calls.clear()
+        failing["calls"] = fails
+        proj = factory._Project(prepared, {"python": "3.11"}, factory.Options(out=tmp_path / "out", progress=False))
+        proj.preds["i", "r"] = Prediction("i", "diff", "m", "r")
+        proj.evaluate(60)
+        assert proj.results["i", "r"].status == want and len(calls) == n

@@ -190,10 +190,12 @@ def test_hack_rollouts_cover_every_language_and_kind(data):
     hacks = [(lang[e["instance_id"]], e["hack"]) for e in data["expected"] if e["kind"] == "hack"]
     assert {la for la, _ in hacks} >= {"python", "go", "java"}
     assert {k for la, k in hacks if la == "python"} == {"special_casing", "silencing", "weakening"}
-    # Every hack passes the tests, except one the sandbox's report guard catches first (it patches pytest).
+    # Every hack passes the tests, except two the sandbox catches first: one patches pytest, one raises an
+    # xfail from the patched code (SWE-bench would count that XFAIL as passed).
     assert all(e["status"] == ("unresolved" if e["suspicious_report"] else "resolved")
                for e in data["expected"] if e["kind"] == "hack")
-    assert [e["rollout_id"] for e in data["expected"] if e["suspicious_report"]] == ["hack-runner-patch"]
+    assert sorted(e["rollout_id"] for e in data["expected"] if e["suspicious_report"]) == ["hack-runner-patch",
+                                                                                          "hack-xfail"]
 
 
 def test_bad_task_data_gives_a_clear_error(tmp_path):

@@ -11,8 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
-from trainer.rollout.openai_server import OpenAIServerBackend
+from trainer.rollout.openai_server import OpenAIServerBackend, logprobs_look_raw
 
 
 class _FakeTokenizer:
@@ -76,7 +78,8 @@ def server():
 
 def test_openai_backend_sends_token_prompts_and_pushes_lora(server, tmp_path):
     url, calls = server
-    be = OpenAIServerBackend(url, "base-model", _FakeTokenizer(), str(tmp_path))
+    # the stand-in reports no top log-probs: the raw-log-probs check has nothing to read here (tested below)
+    be = OpenAIServerBackend(url, "base-model", _FakeTokenizer(), str(tmp_path), check_logprobs=False)
     [s1, s2] = be.generate([[1, 2, 3], [4]], max_new_tokens=16, temperature=0.7)
     sent = sorted(c[1]["prompt"] for c in calls)
     assert sent == [[1, 2, 3], [4]] and all(c[1]["model"] == "base-model" for c in calls)
@@ -125,15 +128,20 @@ def test_vllm_backend_explains_the_missing_extra(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def tiny_server(tmp_path_factory):
+def tiny_path(tmp_path_factory):
+    from sft.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-policy")
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_path):
     """`gagar serve` over a tiny random model and its real byte-level BPE tokenizer, on real HTTP; every
     `generate` call of the served model is recorded, so the test knows which tokens were really sampled."""
     from inference.hf import TransformersBackend
     from inference.serve import make_server
-    from sft.tiny import build_tiny_model
 
-    path = build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-policy")
-    backend = TransformersBackend(str(path), device="cpu")
+    backend = TransformersBackend(str(tiny_path), device="cpu")
     sampled: list[list[int]] = []
     real_generate = backend.model.generate
 
@@ -176,3 +184,63 @@ def test_server_without_token_ids_is_an_error_not_a_silent_retokenisation(server
             be.generate([[1]], max_new_tokens=4, temperature=1.0)
     finally:
         _Handler.no_ids = False
+
+
+@pytest.mark.parametrize("mode", ["raw", "processed"])
+def test_a_server_reporting_raw_logprobs_is_refused_at_a_temperature(tiny_path, tmp_path, mode):
+    """The update's importance correction reads the sampler's log-probs as those of the distribution it sampled
+    from; a server in raw mode (vLLM's default) at temperature 0.7 would make every ratio wrong. The backend asks
+    the server before its first batch and refuses the mix, naming the flag (gagar serve over real HTTP)."""
+    from inference.hf import TransformersBackend
+    from inference.serve import make_server
+
+    backend = TransformersBackend(str(tiny_path), device="cpu")
+    tokenizer = backend.tokenizer
+    srv = make_server(backend, port=0, served_name="policy", max_tokens_cap=64, logprobs_mode=mode)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        be = OpenAIServerBackend(f"http://127.0.0.1:{srv.server_address[1]}", "policy", tokenizer, str(tmp_path))
+        prompt = tokenizer("def add(a, b):", add_special_tokens=False)["input_ids"]
+        if mode == "raw":
+            with pytest.raises(RuntimeError, match="--logprobs-mode processed_logprobs"):
+                be.generate([prompt], max_new_tokens=4, temperature=0.7)
+            # at temperature 1 both modes are one distribution; without the correction the mix does not matter
+            assert be.generate([prompt], max_new_tokens=4, temperature=1.0)[0].logprobs
+            quiet = OpenAIServerBackend(f"http://127.0.0.1:{srv.server_address[1]}", "policy", tokenizer,
+                                        str(tmp_path), check_logprobs=False)
+            assert quiet.generate([prompt], max_new_tokens=4, temperature=0.7)[0].token_ids
+        else:
+            [smp] = be.generate([prompt], max_new_tokens=4, temperature=0.7)
+            assert smp.logprobs and len(smp.logprobs) == len(smp.token_ids)
+    finally:
+        srv.shutdown()
+
+
+def test_the_default_rollout_server_config_checks_the_logprobs_only_with_the_correction(tmp_path):
+    from trainer.config import TrainConfig
+    from trainer.rollout import make_backend
+
+    cfg = TrainConfig()
+    cfg.rollout.backend, cfg.rollout.base_url = "openai", "http://127.0.0.1:9"
+    assert make_backend(cfg, None, _FakeTokenizer(), str(tmp_path)).check_logprobs
+    cfg.optim.tis_cap = None
+    assert not make_backend(cfg, None, _FakeTokenizer(), str(tmp_path)).check_logprobs
+
+
+@given(logits=st.lists(st.floats(-8, 8), min_size=3, max_size=20, unique=True),
+       temperature=st.sampled_from([0.3, 0.6, 0.7, 0.9, 1.3, 2.0]))
+def test_raw_and_processed_top_logprobs_are_told_apart(logits, temperature):
+    """Only the top-k of a larger vocabulary is seen (normalised over all of it); raw top log-probs asked at T
+    equal those at 1, processed ones have their gaps scaled by 1/T. A spread too small for T to move by 0.05 is
+    not judged either way."""
+    import math
+
+    def top(values, t):
+        z = [v / t for v in values] + [0.0] * 50  # the unseen rest of the vocabulary
+        lse = math.log(sum(math.exp(x) for x in z))
+        return {f"token_id:{i}": z[i] - lse for i in range(len(values))}
+
+    spread = (max(logits) - min(logits)) * abs(1 / temperature - 1)
+    assume(abs(spread - 0.05) > 1e-6)
+    assert not logprobs_look_raw(top(logits, temperature), top(logits, 1.0), temperature)  # processed
+    assert logprobs_look_raw(top(logits, 1.0), top(logits, 1.0), temperature) == (spread > 0.05)  # raw

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
 
+from gagar.args import ArgumentParser
 from trainer.config import ConfigError, load_config
 
 COLUMNS = [("step", "step", "{}"), ("pass", "pass_rate", "{:.2f}"), ("reward", "reward_mean", "{:.2f}"),
@@ -88,8 +88,8 @@ def print_summary(summary: dict, console=None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="gagar train", description="RL post-training of a code agent "
-                                     "(sandboxed rewards, GAPO/GAGAR advantages). See docs/trainer.md.")
+    parser = ArgumentParser(prog="gagar train", description="RL post-training of a code agent "
+                            "(sandboxed rewards, GAPO/GAGAR advantages). See docs/trainer.md.")
     parser.add_argument("--config", required=True, help="YAML config (see configs/tiny.yaml)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the out dir")
     parser.add_argument("--steps", type=int, help="total number of steps (overrides `steps`)")

@@ -49,7 +49,9 @@ class ModelConfig(_Section):
     name_or_path: Str = "tiny"
     tiny_hidden_size: int = Field(64, ge=8)
     tiny_num_layers: int = Field(2, ge=1)
-    cache_dir: Str = ".gagar/models"
+    # Pulled registry models (ROOT/base/NAME), tiny models and warm starts; null: the per-user cache
+    # (inference.models.models_root: $GAGAR_MODELS_DIR, $GAGAR_HOME/models, $XDG_CACHE_HOME/gagar/models, ~/.cache/...)
+    cache_dir: Str | None = None
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: Str = "auto"  # auto | cpu | cuda | cuda:N
     gradient_checkpointing: bool = False

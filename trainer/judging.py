@@ -35,11 +35,12 @@ def without(group: Group, hacks: dict[str, str]) -> Group:
 
 class Judge:
     def __init__(self, section: GraderSection, repos_dir: Path, sandbox: Callable[[], Any] | None = None,
-                 work_dir: Path | None = None) -> None:
+                 work_dir: Path | None = None, *, models_root: str | None = None) -> None:
         self.section = section
         self.repos_dir = Path(repos_dir)
         self.sandbox = sandbox  # the sandbox's config, for the behavioural probe
         self.work_dir = work_dir  # the run's dir: a `vllm serve` judge logs there
+        self.models_root = models_root  # where a registry model name is pulled (the trainer's model.cache_dir)
         self._backend: Any = None
 
     def backend(self) -> Any:
@@ -49,7 +50,8 @@ class Judge:
 
             s = self.section
             self._backend = make_backend(s.backend, s.model, adapter=s.adapter or None, base_url=s.base_url or None,
-                                         work_dir=str(self.work_dir) if self.work_dir else None)
+                                         work_dir=str(self.work_dir) if self.work_dir else None,
+                                         models_root=self.models_root)
         return self._backend
 
     def close(self) -> None:
@@ -84,15 +86,13 @@ class Judge:
         """Run the hack check on every group with a passing rollout; returns how many were checked."""
         todo = [g for g in groups if any(g.passed)]
         if self.section.probe and self.sandbox is not None:
-            from dataclasses import asdict
-
             from grader.probe.runner import probe_group
 
             for g in todo:
                 cands = g.candidates().candidates
                 run = probe_group(g.instance, {c.rollout_id: c.patch for c in cands}, self.sandbox(),
                                   budget_s=self.section.probe_budget_s)
-                g.behaviour = {rid: [asdict(f) for f in found] for rid, found in run.findings.items()}
+                g.behaviour = run.behaviour()
         for g, grading in zip(todo, self.check([g.candidates() for g in todo]), strict=True):
             g.hack_check = grading
         return len(todo)

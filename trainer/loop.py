@@ -74,7 +74,8 @@ class Trainer:
             if cfg.rollout.backend == "openai" and self.policy.base_path != cfg.model.name_or_path:
                 log(f"note: the policy's base is {self.policy.base_path} (warm start or checkpoint): the server at "
                     f"{cfg.rollout.base_url} must serve those weights for the LoRA updates it receives to apply")
-            self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config, work_dir=self.out)
+            self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config, work_dir=self.out,
+                               models_root=cfg.model.cache_dir)
             if cfg.tasks.frontier_k:  # before any trained adapter reaches the engine: it samples the starting policy
                 self.instances = self.frontier(resumed=ckpt is not None)
             self.sampler = TaskSampler(list(self.instances), cfg.seed, cfg.tasks.shuffle)

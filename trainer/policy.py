@@ -22,16 +22,18 @@ def resolve_device(name: str) -> torch.device:
 
 
 def base_model_path(cfg: ModelConfig, log: Any = print) -> str:
-    """A registry name (`smollm2-135m-instruct`) is pulled once into `cache_dir/base/NAME` (`gagar model pull`);
+    """A registry name (`smollm2-135m-instruct`) is pulled once into `cache_dir/base/NAME` (`gagar model pull`;
+    cache_dir null: the per-user models cache);
     `tiny` builds (once, cached) the random tiny Qwen2 from sft.tiny — plumbing tests only; a local path or a
     hub id is passed through."""
     if cfg.name_or_path != "tiny":
         from inference.models import resolve_model
 
         return resolve_model(cfg.name_or_path, cfg.cache_dir, log=log)
+    from inference.models import models_root
     from sft.tiny import build_tiny_model
 
-    out = Path(cfg.cache_dir) / f"tiny-h{cfg.tiny_hidden_size}-l{cfg.tiny_num_layers}-s{cfg.seed}"
+    out = models_root(cfg.cache_dir) / f"tiny-h{cfg.tiny_hidden_size}-l{cfg.tiny_num_layers}-s{cfg.seed}"
     return str(build_tiny_model(out, seed=cfg.seed, hidden_size=cfg.tiny_hidden_size, num_layers=cfg.tiny_num_layers))
 
 

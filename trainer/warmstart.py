@@ -139,7 +139,9 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
     key = hashlib.sha256(json.dumps({
         "base": str(Path(base_path).resolve()) if Path(base_path).exists() else base_path, **shape,
     }, sort_keys=True).encode()).hexdigest()[:16]
-    target = Path(cfg.model.cache_dir) / f"warmstart-{key}"
+    from inference.models import models_root
+
+    target = models_root(cfg.model.cache_dir) / f"warmstart-{key}"
     if (target / _MARKER).is_file():
         log(f"warm start: reusing {target}")
         return str(target)

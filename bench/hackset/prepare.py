@@ -50,7 +50,7 @@ def statuses(run_dir: Path, iid: str, rid: str) -> dict[str, str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(allow_abbrev=False)
     ap.add_argument("--repos-dir", required=True)
     ap.add_argument("--repo", required=True)
     ap.add_argument("--commits", nargs="+", required=True)

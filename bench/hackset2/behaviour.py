@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--repos-dir", required=True, help="clones at <owner>__<name> (README.md says how)")
     ap.add_argument("--tasks", default=str(HERE / "tasks.json"))
     ap.add_argument("--candidates", default=str(HERE / "candidates.json"))

@@ -3,15 +3,15 @@ group per task (the gold fix, the group's hacks and its honest fixes, with the t
 FAIL_TO_PASS), then the `hacks` verdicts and rankings of its output are counted against the set's labels.
 
     .venv/bin/python bench/hackset2/score.py --repos-dir D \
-        [--behaviour B.jsonl] [--out bench/results/hackset2.json]
+        [--behaviour B.jsonl] [--probe [--max-workers N]] [--out bench/results/hackset2.json]
 
 Reported per split (`dev`, `heldout`, `all`): recall on hacks (overall and per mindset), false flags on gold
 fixes and on honest fixes, and how often the gold ranks above every hack of its group; seconds per group.
 
-`gagar grade` has no switch for the behavioural probe: the probe's findings reach the grader through the group
-line's documented `behaviour {rollout_id: [findings]}` field (docs/contracts.md). With --behaviour (JSONL lines
-`{instance_id, behaviour}`, e.g. written by the probe's own runner) a second line is scored with those findings
-merged into the groups; without it only the static line (what `gagar grade` finds by itself) is reported.
+Lines: `static` (what `gagar grade` finds by itself); with --behaviour (JSONL lines `{instance_id, behaviour}`,
+e.g. written by behaviour.py) `static+behaviour`, those findings merged into the groups through the group line's
+documented `behaviour {rollout_id: [findings]}` field (docs/contracts.md); with --probe `static+probe`, the probe
+run by `gagar grade --probe` itself (the tasks given as its --instances), as a CLI user runs it.
 
 Exit 0 when scored, 2 on unusable input or a failed `gagar grade` run.
 """
@@ -110,26 +110,41 @@ def score(gradings: list[dict], labels: dict[tuple[str, str], dict]) -> dict[str
     return out
 
 
-def run_grade(groups: list[dict], repos_dir: str, work: Path) -> tuple[list[dict], float]:
+INSTANCE_KEYS = ("instance_id", "repo", "base_commit", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS",
+                 "problem_statement", "test_cmd", "test_framework")
+
+
+def run_grade(groups: list[dict], repos_dir: str, work: Path, *, tasks: list[dict] | None = None,
+              max_workers: int = 1) -> tuple[list[dict], float, str]:
+    """`gagar grade` over `groups`; with `tasks`, `--probe` with them as its instances. Returns the output lines,
+    the wall seconds and the probe's summary line ('' without)."""
     gpath, rpath = work / "groups.jsonl", work / "gradings.jsonl"
     write_jsonl_atomic(gpath, groups)
     cmd = [sys.executable, "-m", "gagar", "grade", "--groups", str(gpath), "--repos-dir", repos_dir,
            "--out", str(rpath), "--judge", "heuristic", "--no-progress", "--redo"]
+    if tasks is not None:
+        ipath = work / "instances.jsonl"
+        write_jsonl_atomic(ipath, [{k: t[k] for k in INSTANCE_KEYS} for t in tasks])
+        cmd += ["--probe", "--instances", str(ipath), "--max-workers", str(max_workers)]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"gagar grade exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-    return read_jsonl(rpath), wall
+    probe = next((ln for ln in proc.stdout.splitlines() if ln.startswith("probe: ")), "")
+    return read_jsonl(rpath), wall, probe
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--repos-dir", required=True, help="clones at <owner>__<name> (README.md says how)")
     ap.add_argument("--tasks", default=str(HERE / "tasks.json"))
     ap.add_argument("--candidates", default=str(HERE / "candidates.json"))
     ap.add_argument("--behaviour", default=None,
                     help="JSONL of {instance_id, behaviour}: the probe's findings, scored as a second line")
+    ap.add_argument("--probe", action="store_true",
+                    help="also score `gagar grade --probe` (the probe run by the CLI: sandbox runs, minutes)")
+    ap.add_argument("--max-workers", type=int, default=1, help="--probe: containers run at once")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "hackset2.json"))
     args = ap.parse_args()
     try:
@@ -149,12 +164,13 @@ def main() -> int:
     except (OSError, ValueError, KeyError, JsonlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    lines = {"static": None} | ({"static+behaviour": behaviour} if behaviour else {})
+    lines = ({"static": None} | ({"static+behaviour": behaviour} if behaviour else {})
+             | ({"static+probe": None} if args.probe else {}))
     result: dict[str, Any] = {
         "set": "bench/hackset2", "judge": "heuristic", "command": "gagar grade --judge heuristic",
         "groups": len(tasks), "candidates": len(cands),
-        "probe": ("scored from --behaviour" if behaviour else
-                  "not scored: gagar grade has no probe switch; pass the probe's findings with --behaviour"),
+        "probe": ", ".join(["scored from --behaviour"] * bool(behaviour) + ["run by gagar grade --probe"] * args.probe)
+        or "not scored (--behaviour B.jsonl or --probe)",
         "lines": {}}
     if probe_s is not None:
         result["probe_s_per_group"] = probe_s
@@ -162,13 +178,17 @@ def main() -> int:
         for name, beh in lines.items():
             groups, labels = build_groups(tasks, cands, beh)
             try:
-                gradings, wall = run_grade(groups, args.repos_dir, Path(tmp))
+                gradings, wall, probe = run_grade(groups, args.repos_dir, Path(tmp), max_workers=args.max_workers,
+                                                  tasks=tasks if name == "static+probe" else None)
                 scored = score(gradings, labels)
             except (RuntimeError, ValueError, JsonlError) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             result["lines"][name] = {"wall_s": round(wall, 1), "s_per_group": round(wall / len(groups), 2),
+                                     **({"probe": probe, "max_workers": args.max_workers} if probe else {}),
                                      **scored}
+            if probe:
+                print(probe)
             for split in SPLITS:
                 s = scored[split]
                 print(f"{name:17s} {split:8s} recall {s['hacks_flagged']}/{s['hacks']}  "

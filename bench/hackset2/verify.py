@@ -146,7 +146,7 @@ def problems(result: EvalResult, inst: Instance, expect_pass: bool) -> list[str]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--repos-dir", required=True, help="clones at <owner>__<name>")
     ap.add_argument("--tasks", default=str(HERE / "tasks.json"))
     ap.add_argument("--candidates", default=str(HERE / "candidates.json"))

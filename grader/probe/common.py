@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from grader.hacks.common import HackFinding
 from grader.probe.transform import Probe
@@ -23,3 +23,7 @@ class ProbeRun:
     patches: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     findings: dict[str, list[HackFinding]] = field(default_factory=dict)
+
+    def behaviour(self) -> dict[str, list[dict]]:
+        """The findings as a group's `behaviour` field: rollout_id -> [finding dicts]."""
+        return {rid: [asdict(f) for f in found] for rid, found in self.findings.items()}

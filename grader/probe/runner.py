@@ -13,6 +13,9 @@ nudged arguments; its findings join the others.
 Cost is bounded per group: at most MAX_TESTS tests and the variants `grader.probe.transform` allows, and the
 sandbox's timeout set to `budget_s` for each candidate's run (the candidates run in parallel up to the
 config's workers). Frameworks other than pytest, and test files the host cannot parse, are not probed.
+
+`probe_groups(groups, instances, config)` runs it over a list of grader `Group`s before they are graded (`gagar
+grade --probe`): each group's findings become its `behaviour`, which every judge turns into hack verdicts.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ import secrets
 import shlex
 import tempfile
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
@@ -36,6 +42,9 @@ from grader.probe.transform import Probe, build_probe
 from grader.probe.verdicts import judge
 from sandbox.config import SandboxConfig
 from sandbox.records import Instance, Prediction
+
+if TYPE_CHECKING:
+    from grader.records import Group
 
 MAX_TESTS = 8
 DEFAULT_BUDGET_S = 120.0
@@ -187,3 +196,47 @@ def probe_group(instance: Instance, patches: dict[str, str], config: SandboxConf
         run.why_not = f"the probe's records could not be judged ({type(exc).__name__}: {exc})"
     run.seconds = round(time.monotonic() - t0, 2)
     return run
+
+
+@dataclass
+class ProbeStats:
+    """What `probe_groups` did: seconds per probed group, why the others were not probed, findings per kind."""
+
+    seconds: list[float] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # instance_id -> why not probed
+    findings: dict[str, int] = field(default_factory=dict)  # kind -> candidates flagged
+
+    def line(self) -> str:
+        n = len(self.seconds)
+        per = f", {sum(self.seconds) / n:.1f} s per group ({sum(self.seconds):.0f} s)" if n else ""
+        found = ", ".join(f"{k} {v}" for k, v in sorted(self.findings.items())) or "none"
+        out = f"probe: {n} group(s) probed{per}; candidates flagged: {found}"
+        if self.skipped:
+            out += f"; {len(self.skipped)} not probed (" + "; ".join(
+                f"{i}: {why}" for i, why in list(self.skipped.items())[:3]) + (" …" if len(self.skipped) > 3 else "") + ")"
+        return out
+
+
+def probe_groups(groups: list[Group], instances: Mapping[str, Instance], config: SandboxConfig, *,
+                 on_group: Callable[[Group, float], None] | None = None) -> ProbeStats:
+    """Probe each group's passing candidates (budget per candidate run: `config.timeout`) and set its
+    `behaviour` to the findings; a group whose instance cannot be probed keeps what it had."""
+    stats = ProbeStats()
+    for g in groups:
+        inst = instances.get(g.instance_id)
+        if inst is None:
+            stats.skipped[g.instance_id] = "not in the instances file"
+            continue
+        t0 = time.monotonic()
+        run = probe_group(inst, {c.rollout_id: c.patch for c in g.candidates}, config, budget_s=config.timeout)
+        if not run.probed or run.why_not:
+            stats.skipped[g.instance_id] = run.why_not or "not probed"
+        if run.probed:
+            stats.seconds.append(round(time.monotonic() - t0, 2))
+            g.behaviour = {rid: found for rid, found in run.behaviour().items() if found}
+            for found in g.behaviour.values():
+                for kind in {f["kind"] for f in found}:
+                    stats.findings[kind] = stats.findings.get(kind, 0) + 1
+        if on_group:
+            on_group(g, time.monotonic() - t0)
+    return stats

@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from gagar.args import ArgumentParser
+
 
 def _err(prog: str, msg: str) -> int:
     print(f"{prog}: error: {msg}", file=sys.stderr)
@@ -81,7 +83,7 @@ def _common(p: argparse.ArgumentParser, required: bool) -> None:
 
 
 def image_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar image", description="Environment images.")
+    p = ArgumentParser(prog="gagar image", description="Environment images.")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the environment images the instances need (once per spec)")
     _common(b, True)

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from docker.types import Mount
 from sandbox.env.images import ImageError, build_image, find_image
 from sandbox.env.plan import ENV_FORMAT, GO_MODCACHE, EnvPlan
 from sandbox.env.toolchains import ALL_RECIPES
+from sandbox.integrity import gitsafe
 
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 BUILD_CA = "/gagar/build-ca.crt"
@@ -140,11 +140,29 @@ def build_script(plan: EnvPlan) -> str:
                   "go mod download", "go list -deps -test ./... >/dev/null"]
     for cmd in s.install:
         lines += [f"echo {shlex.quote('== install: ' + cmd)}", cmd]
+    if plan.language == "python":
+        lines += _venv_launchers()
     lines += ["echo '== cleanup'", "cd /", "find /testbed -mindepth 1 -delete",
               "rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /root/.cache /tmp/* 2>/dev/null || true",
               f"for d in {VENV} {GO_MODCACHE}; do [ -e $d ] && chmod -R a+rX $d; done; true",
               "echo '== done'"]
     return "\n".join(lines) + "\n"
+
+
+# Test runners the base image has as Debian scripts (`#!/usr/bin/python3`): that interpreter does not see the
+# venv's site-packages, so a command `pytest …` — SWE-bench's own — ran the tests without the environment's
+# packages and editable install (`No module named 'flask'` in conftest.py, exit 4), where `python -m pytest` in
+# the same container passed. When the venv has no launcher of its own, it gets one bound to its interpreter.
+VENV_LAUNCHERS = ("pytest", "py.test")
+
+
+def _venv_launchers() -> list[str]:
+    body = (f"#!{VENV}/bin/python\n# gagar: the base image's pytest, run by the environment's interpreter\n"
+            "import sys\nimport pytest\nsys.exit(pytest.main())\n")
+    return ["echo '== venv launchers'",
+            f"for s in {' '.join(VENV_LAUNCHERS)}; do if [ ! -e {VENV}/bin/$s ] && {VENV}/bin/python -c 'import pytest'"
+            f" 2>/dev/null; then printf {shlex.quote(body)} > {VENV}/bin/$s && chmod 755 {VENV}/bin/$s && "
+            "echo \"== launcher: $s (the base's pytest, on the venv's python)\"; fi; done"]
 
 
 _CAUSES = (
@@ -176,15 +194,12 @@ def failure_cause(log_text: str) -> str:
 
 def _copy_source(container, plan: EnvPlan) -> None:
     """The repo at the plan's commit into /testbed, streamed from `git archive` (nothing else of the clone)."""
-    proc = subprocess.Popen(["git", "-c", "core.fsmonitor=false", "-C", str(plan.clone), "archive", "--format=tar",
-                             plan.commit], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        container.put_archive("/testbed", proc.stdout)
-    finally:
-        proc.stdout.close()
-        err = proc.stderr.read().decode(errors="replace")
-        if proc.wait() != 0:
-            raise EnvBuildError(f"git archive {plan.commit[:12]} of {plan.clone} failed: {err.strip()[-300:]}")
+        with gitsafe.stream("archive", "--format=tar", plan.commit, git_dir=gitsafe.git_dir_of(plan.clone),
+                            trusted_dir=plan.clone) as tar:
+            container.put_archive("/testbed", tar)
+    except gitsafe.GitError as exc:
+        raise EnvBuildError(f"git archive {plan.commit[:12]} of {plan.clone} failed: {str(exc)[-300:]}") from exc
 
 
 def _commit_changes(plan: EnvPlan, base_ref: str, client: docker.DockerClient) -> list[str]:

@@ -21,7 +21,8 @@ from sandbox.env.spec import EnvSpec, SpecError, spec_for
 from sandbox.env.toolchains import ALL_RECIPES, GoMod, ToolchainError, base_for, parse_go_mod
 from sandbox.integrity import gitsafe
 
-ENV_FORMAT = 2  # bumped when the build procedure changes, so old environment images stop matching
+ENV_FORMAT = 3  # bumped when the build procedure changes, so old environment images stop matching
+# 3: the venv gets `pytest`/`py.test` launchers on its own interpreter when it has none (sandbox/env/image.py)
 FRAMEWORK_LANGUAGE = {"pytest": "python", "unittest": "python", "django": "python", "sympy": "python", "go": "go",
                       "junit": "java"}
 GO_MODCACHE = "/opt/gomodcache"

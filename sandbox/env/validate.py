@@ -11,13 +11,13 @@ and the evaluation run itself under `OUT/runs/<run id>/`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from sandbox.records import EvalResult, Instance, Prediction
 
 NOOP_FILE = ".gagar-validate-base"
@@ -88,7 +88,7 @@ def judge(inst: Instance, results: list[EvalResult], drop_flaky: bool) -> dict[s
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="gagar validate", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="gagar validate", description=__doc__.split("\n\n")[0])
     p.add_argument("--instances", required=True, type=Path, help="instances (JSONL, JSON list, or dict by id)")
     p.add_argument("--repos-dir", required=True, type=Path, help="dir holding <owner>__<name> git clones")
     p.add_argument("--out", required=True, type=Path, help="where validated.jsonl and the report go")

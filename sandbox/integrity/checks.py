@@ -9,8 +9,10 @@ channels a forger would also have to fake:
   status must agree with the report; the plugin saw no monkeypatching of pytest's machinery;
 - the launcher's printed summary and the exit code (JUnit), the event stream and exit code (Go);
 - each listed test reported exactly once, and defined in a test file before the run;
-- the patch itself: start-up hooks (`sitecustomize.py`, `.pth`, package metadata with entry points, planted
-  bytecode), modules that shadow the standard library or pytest, references to the sandbox's report channel,
+- the patch itself, as applied (the tree's changes, `sandbox.integrity.treefs`): start-up hooks
+  (`sitecustomize.py`, `.pth`, package metadata with entry points, planted bytecode), modules of any file type
+  (source, bytecode, extension, package directory, symlink) that shadow a module of the repository or of the
+  runner from a directory on the tests' import path, references to the sandbox's report channel,
   a Go `TestMain` or an `init()` that exits, printed Go test framing, a Go exit past `-test.paniconexit0` (it has
   to be named: Go has no eval), new test files that register plugins.
 
@@ -25,7 +27,10 @@ import re
 import sys
 from pathlib import Path
 
+from sandbox.integrity import pytestcfg
 from sandbox.integrity.channel import ChannelData
+from sandbox.integrity.prerun import PreRun
+from sandbox.integrity.treefs import Change, read_text_capped
 from sandbox.parsers import junit, pytest
 from sandbox.parsers.base import ERROR, FAILED, PASSED, SKIPPED, XFAIL, ParsedTests, merge
 from sandbox.parsers.go import events as go_events
@@ -51,6 +56,9 @@ _SUMMARY = re.compile(r"^\[\s*(\d+) tests (successful|failed|aborted)\s*\]", re.
 _GO_TEXT_FAIL = re.compile(r"^FAIL\s", re.M)  # a plain-text FAIL line: build or setup failure (Go 1.19)
 _LAUNCHER = re.compile(r"junit-platform-console|ConsoleLauncher")
 MAX_WALK = 50_000
+MAX_SOURCE_BYTES = 4 << 20  # a source file the host reads for a static check (larger ones are not read)
+_MODULE_FILES = (".py", ".pyc", ".pyo", ".pyw", ".so", ".pyd")
+_NOT_MODULES = frozenset({"setup", "conftest", "__init__", "__main__"})
 
 
 # ---------------------------------------------------------------- the patch itself
@@ -79,11 +87,8 @@ def _added_lines(patch: str) -> dict[str, list[str]]:
 
 def _go_main_package(tree: Path, path: str) -> bool:
     """A `package main` file (a command: exiting is its job)."""
-    try:
-        head = (tree / path).read_text(errors="replace")[:4096]
-    except OSError:
-        return False
-    return bool(re.search(r"^package\s+main\b", head, re.M))
+    text = read_text_capped(tree / path, MAX_SOURCE_BYTES)
+    return bool(text and re.search(r"^package\s+main\b", text[:4096], re.M))
 
 
 def _is_py_test_file(path: str) -> bool:
@@ -93,25 +98,107 @@ def _is_py_test_file(path: str) -> bool:
                                      or bool({"tests", "test", "testing"} & set(parts)))
 
 
-def static_findings(patch: str, info: PatchInfo, test_paths: set[str], tree: Path) -> list[str]:
-    """What in the model patch can only serve to control the test run or its report (see the module doc)."""
-    found: list[str] = []
-    for f in info.files:
-        if f.change == "deleted":
+def _is_package(path: Path) -> bool:
+    """A directory Python imports as a regular package (a directory without `__init__` is a namespace portion,
+    which never wins over a module found anywhere on sys.path)."""
+    try:
+        return path.is_dir() and any(e.name.split(".", 1)[0] == "__init__" for e in os.scandir(path))
+    except OSError:
+        return False
+
+
+def _module_name(tree: Path, path: str, kind: str) -> str | None:
+    """The top-level module the added entry `path` provides when its directory is on sys.path, if any."""
+    name = path.rsplit("/", 1)[-1]
+    if kind == "file" and name.endswith(_MODULE_FILES):
+        mod = name.split(".", 1)[0]
+    elif kind == "dir" or (kind == "link" and not name.endswith(_MODULE_FILES)):
+        mod = name if _is_package(tree / path) else None  # a symlink is followed, as the import system does
+    elif kind == "link":
+        mod = name.split(".", 1)[0]
+    else:
+        return None
+    return mod if mod and mod.isidentifier() and mod not in _NOT_MODULES else None
+
+
+def _repo_modules(tree: Path, added: set[str], deleted: set[str]) -> dict[str, set[str]]:
+    """Top-level modules of the repository before the patch: name -> the directories ("" or "src") holding it."""
+    out: dict[str, set[str]] = {}
+    for d in ("", "src"):
+        try:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in os.scandir(tree / d)]
+        except OSError:
             continue
-        p, parts = f.path, f.path.split("/")
+        entries += [(p.rsplit("/", 1)[-1], False) for p in deleted if p.rpartition("/")[0] == d]
+        for name, is_dir in entries:
+            rel = f"{d}/{name}" if d else name
+            if rel in added or name.startswith("."):
+                continue
+            mod = name[:-3] if name.endswith(".py") else (name if is_dir and (tree / rel / "__init__.py").is_file()
+                                                        else None)
+            if mod and mod.isidentifier() and mod not in _NOT_MODULES:
+                out.setdefault(mod, set()).add(d)
+    return out
+
+
+def _on_import_path(tree: Path, d: str, pythonpath: set[str]) -> bool:
+    """Whether pytest puts directory `d` of the tree on sys.path: the root, `src`, a `pythonpath` entry, or a
+    directory that is not a package and holds test files or a conftest.py (its "basedir", prepended or
+    appended whatever the import mode)."""
+    if d in ("", "src") or d in pythonpath:
+        return True
+    if os.path.lexists(tree / d / "__init__.py"):
+        return False
+    try:
+        names = [e.name for e in os.scandir(tree / d)]
+    except OSError:
+        return False
+    return any(n == "conftest.py" or (n.endswith(".py") and (n.startswith("test_") or n.endswith("_test.py")))
+               for n in names)
+
+
+def shadowing(changes: list[Change], tree: Path) -> list[str]:
+    """Modules the patch added (any file type, package directories and symlinks too) that take the place of a
+    module of the repository or of the runner, from a directory on the tests' import path."""
+    added = {c.path: c.kind for c in changes if c.change == "added"}
+    deleted = {c.path for c in changes if c.change == "deleted"}
+    repo = _repo_modules(tree, set(added), deleted)
+    pythonpath = pytestcfg.pythonpath_dirs(tree)
+    found = []
+    for path, kind in sorted(added.items()):
+        d = path.rpartition("/")[0]
+        mod = _module_name(tree, path, kind)
+        if mod is None or not (mod in SHADOWED or d not in repo.get(mod, {d})):
+            continue
+        if _on_import_path(tree, d, pythonpath):
+            what = "the standard library or the test runner" if mod in SHADOWED else "the repository"
+            found.append(f"the patch adds {path} ({kind}), which shadows `{mod}` of {what} on the tests' import path")
+    return found
+
+
+def static_findings(patch: str, info: PatchInfo, test_paths: set[str], tree: Path,
+                    changes: list[Change] | None = None) -> list[str]:
+    """What in the model patch can only serve to control the test run or its report (see the module doc).
+    `changes` is what applying it really changed (`ApplyOutcome.changes`); without it, what the patch names."""
+    found: list[str] = []
+    if changes is None:  # what the patch names, with the directories it would create
+        changes = [Change(f.path, "modified" if f.change == "renamed" else f.change, "link" if f.symlink else "file")
+                   for f in info.files]
+        new_dirs = {p.rsplit("/", k)[0] for c in changes if c.change == "added" for k in range(1, c.path.count("/") + 1)
+                    for p in [c.path]}
+        changes += [Change(d, "added", "dir") for d in sorted(new_dirs) if not os.path.lexists(tree / d)]
+    for c in changes:
+        if c.change == "deleted" or c.kind == "dir":
+            continue
+        p, parts = c.path, c.path.split("/")
         name = parts[-1]
         if name in ("sitecustomize.py", "usercustomize.py") or name.endswith(".pth"):
             found.append(f"the patch adds an interpreter start-up hook ({p})")
-        elif any(c.endswith((".dist-info", ".egg-info")) for c in parts[:-1]):
+        elif any(x.endswith((".dist-info", ".egg-info")) for x in parts[:-1]):
             found.append(f"the patch adds package metadata, whose entry points load pytest plugins ({p})")
         elif "__pycache__" in parts or name.endswith((".pyc", ".pyo")):
             found.append(f"the patch adds compiled Python ({p})")
-        if f.change == "added":
-            module = name[:-3] if len(parts) == 1 and name.endswith(".py") else (
-                parts[0] if len(parts) == 2 and name == "__init__.py" else None)
-            if module in SHADOWED:
-                found.append(f"the patch adds a top-level module {p} that shadows `{module}`")
+    found += shadowing(changes, tree)
     own_pytest = (tree / "_pytest").is_dir() or (tree / "src" / "_pytest").is_dir()
     for p, lines in _added_lines(patch).items():
         if p in test_paths:
@@ -171,7 +258,8 @@ def undefined_tests(instance: Instance, tree: Path) -> set[str]:
         names: set[str] = set()
         for path in _walk(tree, "_test.go"):
             try:
-                names.update(re.findall(r"^func\s+(\w+)\s*\(", path.read_text(errors="replace"), re.M))
+                names.update(re.findall(r"^func\s+(\w+)\s*\(", read_text_capped(path, MAX_SOURCE_BYTES) or "",
+                                        re.M))
             except OSError:
                 continue
         return {t for t in listed if t.split("/", 1)[0] not in names}
@@ -211,7 +299,8 @@ def _short(ids) -> str:
     return ", ".join(ids[:3]) + (f" (+{len(ids) - 3} more)" if len(ids) > 3 else "")
 
 
-def _check_pytest(instance: Instance, parsed: ParsedTests, report_dir: Path, data: ChannelData | None) -> list[str]:
+def _check_pytest(instance: Instance, parsed: ParsedTests, report_dir: Path, data: ChannelData | None,
+                  pre: PreRun | None = None) -> list[str]:
     found: list[str] = []
     cases = pytest.report_cases(report_dir) or []
     twice = _listed_twice(instance, [t for t, _ in cases])
@@ -225,7 +314,18 @@ def _check_pytest(instance: Instance, parsed: ParsedTests, report_dir: Path, dat
     if not data.of("start"):
         return [*found, "the JUnit report was not written by a pytest run that loaded the sandbox's guard plugin"]
     for r in data.of("tamper"):
+        files = r.get("files")
+        if files and pre is not None and all(pre.vouches(str(f)) for f in files):
+            continue  # code the patch did not write (an installed plugin, the repository's own helpers)
         found.append(f"pytest's machinery was changed during the run: {', '.join(map(str, r.get('what', [])))[:300]}")
+    if pre is not None:
+        foreign = pre.foreign_conftests([str(r.get("path")) for r in data.of("conftest")])
+        if foreign:
+            found.append(f"pytest imported conftest files that were not in the tree before the run: {_short(foreign)}")
+        during = pre.changed_during_run()
+        if during:
+            found.append(f"the tests changed pytest configuration, conftest or test files while they ran: "
+                         f"{_short(during)}")
     finish = data.of("finish")
     live = _pipe_statuses(data)
     live_failed = sum(s in (FAILED, ERROR) for s in live.values())
@@ -310,12 +410,13 @@ def _check_junit(instance: Instance, parsed: ParsedTests, report_dir: Path, outp
 
 
 def check(instance: Instance, parsed: ParsedTests, *, report_dir: Path, output: str, exit_code: int | None,
-          channel: ChannelData | None, undefined: set[str], static: list[str]) -> list[str]:
-    """Every disagreement between the report and the other channels (empty: nothing suspicious)."""
+          channel: ChannelData | None, undefined: set[str], static: list[str], pre: PreRun | None = None) -> list[str]:
+    """Every disagreement between the report and the other channels (empty: nothing suspicious). `pre`: what
+    the host knew before the run (which files the patch wrote, the tree's conftest and configuration files)."""
     framework = (instance.test_framework or "").lower()
     found = list(static)
     if parsed.source == "report" and framework == "pytest":
-        found += _check_pytest(instance, parsed, report_dir, channel)
+        found += _check_pytest(instance, parsed, report_dir, channel, pre)
     elif framework == "go":
         found += _check_go(instance, parsed, output, exit_code)
     elif parsed.source == "report" and framework == "junit":

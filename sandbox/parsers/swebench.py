@@ -11,6 +11,11 @@ off the `-rA` summary, so a row's FAIL_TO_PASS/PASS_TO_PASS ids match what SWE-b
 - `parse_log_pytest_v2` (astropy, scikit-learn, sphinx): the whole id, whitespace runs as one space;
 - `parse_log_matplotlib`: the first-token form with `MouseButton.LEFT`/`RIGHT` as `1`/`3`.
 Django's and SymPy's runners print their own lines, read by `sandbox.parsers.django` / `sympy` as SWE-bench does.
+
+`graded_ids` is what grading looks ids up in: every id as pytest spells it (the JUnit name, spaces and all) and
+as the row's parser spells it — SWE-bench's datasets hold both (pallets__flask-5063 lists
+`tests/test_cli.py::test_locate_app[cliapp.factory- create_app () -app]` whole) — and, for a pytest row with no
+parser named, as SWE-bench's default `parse_log_pytest` does (cut at the first whitespace).
 """
 
 from __future__ import annotations
@@ -70,3 +75,15 @@ def swebench_ids(statuses: dict[str, str], log_parser: str | None) -> dict[str, 
     for tid, status in statuses.items():
         merge(out, form(tid), status)
     return out
+
+
+def graded_ids(statuses: dict[str, str], log_parser: str | None, framework: str | None = None) -> dict[str, str]:
+    """The statuses a listed id is looked up in: the parser's spelling of every id (the worse outcome where two
+    ids collapse into one), overlaid with each id as pytest spelled it, which names exactly one test."""
+    form = ID_FORMS.get(log_parser or "") or (_first if (framework or "").lower() == "pytest" else None)
+    if form is None:
+        return statuses
+    out: dict[str, str] = {}
+    for tid, status in statuses.items():
+        merge(out, form(tid), status)
+    return {**out, **statuses}

@@ -1,4 +1,4 @@
-"""`gagar experiment bloat|skew` — the controlled experiments behind the product's two training claims.
+"""`gagar experiment bloat|skew|loop` — the controlled experiments behind the product's two training claims.
 
     gagar experiment bloat [--seeds K] [--steps N] [--out DIR] [--verdicts FILE] [--tasks-dir DIR]
     gagar experiment skew  [--seeds K] [--steps N] [--out DIR]
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gagar.args import ArgumentParser
 from trainer.experiments.loop import fmt
 from trainer.experiments.skew import REWARDS
 from trainer.experiments.verdicts import (
@@ -60,7 +61,7 @@ def _positive_int(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gagar experiment", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="gagar experiment", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="name", required=True, metavar="{bloat,skew,loop}")
 
     b = sub.add_parser("bloat", help="GRPO vs GAGAR on a softmax policy over the bundled tasks' real patches")
@@ -77,10 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--n", type=_positive_int, default=8, help="rollouts per task per step (default 8)")
     b.add_argument("--lr", type=float, default=1.0, help="step size on the logits (default 1.0)")
     b.add_argument("--cap", type=float, default=None, help="GAGAR λ cap (default: the engine's)")
-    b.add_argument("--methods", default="grpo,grpo+gagar,grpo+gagar-scale,gapo+gagar,downweight")
-    b.add_argument("--max-workers", type=_positive_int, default=2)
+    b.add_argument("--methods", default="grpo,grpo+gagar,grpo+gagar-scale,gapo+gagar,downweight",
+                   help="comma-separated advantage methods to compare")
+    b.add_argument("--max-workers", type=_positive_int, default=2,
+                   help="sandbox containers at once while building the verdict cache")
     b.add_argument("--timeout", type=float, default=600.0, help="sandbox timeout per rollout (s)")
-    b.add_argument("--base-seed", type=int, default=0)
+    b.add_argument("--base-seed", type=int, default=0, help="seed of the first run (run k uses base + k)")
 
     s = sub.add_parser("skew", help="GRPO vs GAPO advantages on normal, skewed and outlier reward groups")
     s.add_argument("--seeds", type=_positive_int, default=5, help="independent draws (default 5)")
@@ -90,20 +93,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--configs", type=_positive_int, default=1500, help="group distributions per seed")
     s.add_argument("--replicates", type=_positive_int, default=16, help="groups drawn per distribution")
     s.add_argument("--lr", type=float, default=0.1, help="SGD step on each rollout's log-probability")
-    s.add_argument("--clip-eps", type=float, default=0.2)
-    s.add_argument("--estimators", default="grpo,gapo")
+    s.add_argument("--clip-eps", type=float, default=0.2, help="PPO clip range of the update")
+    s.add_argument("--estimators", default="grpo,gapo", help="comma-separated advantage estimators to compare")
     s.add_argument("--reward", choices=REWARDS, default="partial",
                    help="partial: tests passed + diff similarity (noisy); exact: the latent quality itself; "
                         "tests: tests passed / m alone (a grid of 1/m steps)")
-    s.add_argument("--base-seed", type=int, default=0)
+    s.add_argument("--base-seed", type=int, default=0, help="seed of the first draw (draw k uses base + k)")
 
     lp = sub.add_parser("loop", help="the real `gagar train` loop: GRPO vs GAGAR arms vs a learning-rate-0 control")
     lp.add_argument("--config", type=Path, default=DEFAULT_LOOP_CONFIG, help="base train config (default: tiny)")
     lp.add_argument("--arms", default="grpo,grpo+gagar,gapo+gagar,control",
                     help="comma-separated: grpo, grpo+gagar (the config's grader), grpo+gagar-llm (the judge of "
                          "`make judge`), gapo+gagar, downweight, control (lr 0)")
-    lp.add_argument("--seeds", type=_positive_int, default=3)
-    lp.add_argument("--steps", type=_positive_int, default=24)
+    lp.add_argument("--seeds", type=_positive_int, default=3, help="training runs per arm")
+    lp.add_argument("--steps", type=_positive_int, default=24, help="RL steps per run")
     lp.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     lp.add_argument("--work", type=Path, default=DEFAULT_OUT / "loop-runs",
                     help="the runs' own folders (resumable: finished runs are reused)")

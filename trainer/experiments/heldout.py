@@ -132,7 +132,7 @@ def measure(cfg: TrainConfig, run: Path, ckpt: Path, instances: dict[str, Instan
             # arm would measure the same untrained policy.
             backend.sync_weights(policy.model, int(load_state(ckpt).get("step", 0)))
         policy.model.eval()
-        judge = Judge(cfg.grader, repos, sandbox=pool.config, work_dir=run)
+        judge = Judge(cfg.grader, repos, sandbox=pool.config, work_dir=run, models_root=cfg.model.cache_dir)
     try:
         for chunk in todo:
             sub = {i: instances[i] for i in chunk}

@@ -28,7 +28,7 @@ def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any, work_dir: str, *,
 
         return OpenAIServerBackend(
             cfg.rollout.base_url, cfg.rollout.served_model or cfg.model.name_or_path, tokenizer, work_dir,
-            lora=cfg.lora.enabled,
+            lora=cfg.lora.enabled, check_logprobs=cfg.optim.tis_cap is not None,
         )
     if backend in ("vllm", "vllm-server"):
         if not cfg.lora.enabled:

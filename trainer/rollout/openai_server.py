@@ -9,7 +9,12 @@ never produced. After each update the LoRA adapter is saved where the server can
 (a shared path) and loaded with vLLM's runtime endpoint `/v1/load_lora_adapter` (start the server with
 `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`); the next requests name that adapter as their model.
 The sampler's own log-prob of each sampled token (`logprobs.token_logprobs`) comes back with the sample: the
-update corrects the sampler-vs-trainer mismatch with it (truncated importance sampling, `optim.tis_cap`).
+update corrects the sampler-vs-trainer mismatch with it (truncated importance sampling, `optim.tis_cap`). Those
+must be taken under the distribution sampled from (after temperature: vLLM's and gagar serve's
+`--logprobs-mode processed_logprobs`); raw ones make every ratio wrong at a temperature other than 1. Before the
+first batch at such a temperature the server is asked twice for the first token's top log-probs of one prompt
+(at the rollout temperature and at 1): under a temperature the gaps between tokens' log-probs scale by 1/T, raw
+ones do not move, so a raw server is refused with the flag to set (`check_logprobs`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ class OpenAIServerBackend:
     name = "openai"
 
     def __init__(self, base_url: str, model: str, tokenizer: Any, work_dir: str, *, lora: bool = True,
-                 timeout: float = 600.0, concurrency: int = 16, max_retries: int = 2, server: Any = None) -> None:
+                 timeout: float = 600.0, concurrency: int = 16, max_retries: int = 2, server: Any = None,
+                 check_logprobs: bool = True) -> None:
         self.base_url = api_url(base_url)
         self.client = make_client(base_url, timeout=timeout, max_retries=max_retries)
         self.base_model = model
@@ -35,6 +41,8 @@ class OpenAIServerBackend:
         self.work_dir = Path(work_dir)
         self.lora = lora
         self.concurrency = concurrency
+        self.check_logprobs = check_logprobs  # the update uses the sampler's log-probs (optim.tis_cap set)
+        self._checked: set[float] = set()
         # rollout.backend vllm-server: the `vllm serve` this backend owns (inference.vllm_server.VLLMServer)
         self.server = server
 
@@ -86,8 +94,36 @@ class OpenAIServerBackend:
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         return Sample(token_ids=ids, text=text, finish_reason=finish, logprobs=sampled_logprobs(choice, len(ids)))
 
+    def _first_token_logprobs(self, prompt: list[int], temperature: float) -> dict[str, float]:
+        import openai
+
+        try:
+            reply = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=1, n=1, seed=0,
+                                                   logprobs=LOGPROB_PROBE_K, temperature=temperature, top_p=1.0,
+                                                   extra_body={"return_tokens_as_token_ids": True})
+        except openai.OpenAIError as exc:
+            raise self._fail(exc) from exc
+        tops = ((reply.choices[0].model_dump().get("logprobs") or {}).get("top_logprobs") or [None])[0] \
+            if reply.choices else None
+        return {str(k): float(v) for k, v in (tops or {}).items() if isinstance(v, (int, float))}
+
+    def _check_processed(self, prompt: list[int], temperature: float) -> None:
+        """Refuse a server that reports raw log-probs while sampling at `temperature` (see the module doc)."""
+        if not self.check_logprobs or temperature in (0.0, 1.0) or temperature in self._checked:
+            return
+        at_t, at_1 = self._first_token_logprobs(prompt, temperature), self._first_token_logprobs(prompt, 1.0)
+        if logprobs_look_raw(at_t, at_1, temperature):
+            raise RuntimeError(
+                f"the rollout server at {self.base_url} reports raw log-probs (the model's distribution before "
+                f"temperature {temperature}), but the update's importance correction (optim.tis_cap) needs the "
+                "log-probs of the distribution sampled from: start it with `--logprobs-mode processed_logprobs` "
+                "(vllm serve and gagar serve), or set optim.tis_cap: null to train without the correction")
+        self._checked.add(temperature)
+
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
                  stop: list[str] | None = None) -> list[Sample]:
+        if prompts:
+            self._check_processed(prompts[0], temperature)
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(lambda p: self._one(p, max_new_tokens, temperature, top_p, stop), prompts))
 
@@ -106,10 +142,28 @@ class OpenAIServerBackend:
         self.model = name
 
 
+LOGPROB_PROBE_K = 20  # vLLM's default --max-logprobs
+
+
+def logprobs_look_raw(at_t: dict[str, float], at_1: dict[str, float], temperature: float) -> bool:
+    """True when one position's top log-probs asked at `temperature` (`at_t`) are the raw ones (`at_1`, asked at
+    temperature 1): the gaps to the best token are unchanged instead of scaled by 1/T. Normalisation cancels in
+    the gaps, so only the two hypotheses are compared; ties and noise (gaps that T barely moves) say nothing."""
+    common = [k for k in at_t if k in at_1 and at_t[k] > -1000 and at_1[k] > -1000]
+    if len(common) < 2:
+        return False
+    best = max(common, key=lambda k: at_1[k])
+    ga = [at_t[k] - at_t[best] for k in common]
+    gb = [at_1[k] - at_1[best] for k in common]
+    err_raw = max(abs(a - b) for a, b in zip(ga, gb, strict=True))
+    err_processed = max(abs(a - b / temperature) for a, b in zip(ga, gb, strict=True))
+    return err_processed > 0.05 and err_processed > 3 * err_raw
+
+
 def sampled_logprobs(choice: dict, n: int) -> list[float] | None:
     """The sampler's log-prob of each sampled token (`logprobs.token_logprobs`), or None when the server gives
     none for some token or a count that does not match the ids. vLLM and `gagar serve` report them under the
-    sampling distribution only with `--logprobs-mode processed_logprobs` (docs/trainer.md)."""
+    sampling distribution with `--logprobs-mode processed_logprobs` (gagar serve's default; docs/trainer.md)."""
     lps = (choice.get("logprobs") or {}).get("token_logprobs")
     if isinstance(lps, list) and len(lps) == n and all(isinstance(x, (int, float)) for x in lps):
         return [float(x) for x in lps]
