@@ -14,7 +14,7 @@ RUN="$WORK/runs/$CONFIG"
 # torch's OpenMP threads spin while they wait; on a shared machine (more runnable jobs than cores) that spinning
 # takes the cores from the threads doing the work: small matmuls ran 20x slower, sampling 9x (docs/trainer.md).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-start=$(date +%s)
+start=$(date +%s.%N)
 if [ ! -f "$TASKS/instances.jsonl" ]; then
   "$VENV/bin/python" examples/build_tasks.py --out "$TASKS"
 fi
@@ -23,6 +23,8 @@ if [ "$CONFIG" = smol ]; then
   "$VENV/bin/gagar" model pull smollm2-135m-instruct
 fi
 echo "== gagar train --config configs/$CONFIG.yaml (run dir: $RUN)"
+train_start=$(date +%s.%N)
 "$VENV/bin/gagar" train --config "configs/$CONFIG.yaml" --out "$RUN" --set "tasks.dir=$TASKS"
 echo "== metrics: $RUN/metrics.jsonl   plots: $RUN/plots/curves.png   checkpoints: $RUN/checkpoints/"
-echo "== wall time: $(( $(date +%s) - start )) s"
+echo "== where the time went (also $RUN/demo_time.json):"
+"$VENV/bin/python" scripts/demo_split.py "$RUN" "$start" "$train_start"

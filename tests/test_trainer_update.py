@@ -143,6 +143,15 @@ def test_lr_schedule_warmup_then_constant_or_cosine():
         _build({"steps": 3, "optim": {"lr_schedule": "cosine", "warmup_steps": 3}})
 
 
+
+def test_a_short_warm_start_reaches_its_learning_rate_early():
+    """The warm start warmed up over a fixed 10 steps: `make demo`'s 18-step warm start spent half its steps
+    below its learning rate. A tenth of the run now, at most 10 steps (long warm starts keep their schedule)."""
+    from trainer.warmstart import warmup_steps
+
+    assert [warmup_steps(n) for n in (1, 12, 18, 35, 100, 1000)] == [1, 1, 1, 3, 10, 10]
+
+
 # ── the loop's side: overlong filtering, dropped episodes, base estimators ────────────────────────────────────
 def _loop_trainer(*overrides: str):
     from trainer.loop import Trainer

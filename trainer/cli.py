@@ -13,9 +13,11 @@ COLUMNS = [("step", "step", "{}"), ("pass", "pass_rate", "{:.2f}"), ("reward", "
            ("kept", "groups_kept", "{}"), ("adv μ/σ", None, None), ("clip", "clip_frac", "{:.3f}"),
            ("kl", "kl", "{:.4f}"), ("tokens", "policy_tokens_mean", "{:.0f}"),
            ("hacks", "hacks_sandbox", "{}"), ("+grader", "hacks_grader", "{}"), ("infra", "infra_errors", "{}"),
-           ("gagar", "gagar_groups", "{}"), ("|Δlogp|", "sampler_logprob_diff", "{:.4f}"),
+           ("gagar", "gagar_groups", "{}"), ("moved", "gagar_moved", "{}"),
+           ("|Δlogp|", "sampler_logprob_diff", "{:.1e}"),
            ("gen s", "gen_s", "{:.1f}"), ("score s", "score_s", "{:.1f}"), ("eval s", "eval_s", "{:.1f}"),
-           ("check s", "check_s", "{:.1f}"), ("rank s", "rank_s", "{:.1f}"), ("update s", "update_s", "{:.1f}")]
+           ("check s", "check_s", "{:.1f}"), ("rank s", "rank_s", "{:.1f}"), ("update s", "update_s", "{:.1f}"),
+           ("step s", "step_s", "{:.0f}")]
 
 
 def _cell(row: dict, key: str | None, fmt: str | None) -> str:

@@ -116,6 +116,12 @@ def answers_in_format(examples: list[tuple[str, str, str]], instances: dict[str,
     return out
 
 
+def warmup_steps(total: int) -> int:
+    """The learning-rate warm-up of a warm start of `total` optimizer steps: 10 steps, but never more than a
+    tenth of the run (a 12-step warm start would otherwise spend almost all of it below its learning rate)."""
+    return max(1, min(10, total // 10))
+
+
 def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Instance], tokenizer: Any,
                      log=print) -> str:
     if cfg.warmstart.source == "mutations":
@@ -136,6 +142,9 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
              "prompts": hashlib.sha256(json.dumps(prompts, sort_keys=True).encode()).hexdigest()}
     if w.lora:  # only then does the adapter's shape matter (older full-weight caches keep their keys)
         shape["lora"] = {"r": cfg.lora.r, "alpha": cfg.lora.alpha, "targets": list(cfg.lora.target_modules)}
+    warmup = warmup_steps(w.epochs * ((len(examples) + w.batch_size - 1) // w.batch_size))
+    if warmup != 10:  # a short warm start warms up for a tenth of its steps (longer ones keep their keys)
+        shape["warmup"] = warmup
     key = hashlib.sha256(json.dumps({
         "base": str(Path(base_path).resolve()) if Path(base_path).exists() else base_path, **shape,
     }, sort_keys=True).encode()).hexdigest()[:16]
@@ -163,7 +172,7 @@ def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Inst
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=w.lr, weight_decay=0.0)
     total = w.epochs * ((len(data) + w.batch_size - 1) // w.batch_size)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) * max(0.05, 1 - s / total))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * max(0.05, 1 - s / total))
     rng = random.Random(cfg.seed)
     pad = tokenizer.pad_token_id
     loss_val = float("nan")
