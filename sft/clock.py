@@ -23,7 +23,8 @@ def fit_schedule(scheduler: Any, steps: int) -> bool:
 def clock_callback(max_minutes: float | None, measure_steps: int = 8) -> Any:
     """The time budget: after `measure_steps` optimizer steps it prints the estimate, and if the run would pass
     `max_minutes` it shortens it to the steps that fit, learning-rate schedule included (a cosine that ends where
-    the run ends, not one cut off at full height); it also stops at the cap itself."""
+    the run ends, not one cut off at full height); it also stops at the cap itself. Steps count from where this
+    process began: a run resumed from a checkpoint measures and fits its own steps."""
     import time
 
     from transformers import TrainerCallback
@@ -31,6 +32,7 @@ def clock_callback(max_minutes: float | None, measure_steps: int = 8) -> Any:
     class Clock(TrainerCallback):
         def __init__(self) -> None:
             self.t0 = self.t_first = 0.0
+            self.start_step = 0
             self.stopped_at_cap = False
             self.planned_steps: int | None = None
             self.fitted_steps: int | None = None
@@ -38,16 +40,19 @@ def clock_callback(max_minutes: float | None, measure_steps: int = 8) -> Any:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.t0 = time.perf_counter()
             self.planned_steps = state.max_steps
+            self.start_step = state.global_step  # > 0 when resumed from a checkpoint
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             now = time.perf_counter()
             spent = now - self.t0
-            if state.global_step == 1:
+            done = state.global_step - self.start_step
+            if done == 1:
                 self.t_first = now  # the first step pays for warm-up (allocations, kernels): not a fair sample
-            if state.global_step == measure_steps:
+            if done == measure_steps:
                 per = (now - self.t_first) / (measure_steps - 1)
                 total = state.max_steps
-                print(f"gagar sft train: {per:.1f} s/step: about {per * total / 60:.0f} min for {total} steps"
+                left = total - self.start_step
+                print(f"gagar sft train: {per:.1f} s/step: about {per * left / 60:.0f} min for {left} steps"
                       + (f" (budget {max_minutes:g} min)" if max_minutes else ""), flush=True)
                 if max_minutes:
                     fit = state.global_step + int((max_minutes * 60 - spent) / per)

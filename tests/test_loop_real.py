@@ -120,9 +120,9 @@ def test_scope_counts_changes_outside_the_functions_the_fix_changes(tmp_path: Pa
 @pytest.mark.docker
 @pytest.mark.slow
 def test_quick_loop_experiment_on_the_real_policy(bundled_tasks: Path, tmp_path: Path) -> None:
-    """Two projects of the synthesized set (one train, one held out), the pretrained policy with LoRA, two arms:
-    the output's shape, held-out figures for every arm, and a control arm whose adapter is still PEFT's zero
-    initialisation after its RL steps."""
+    """Two projects of the synthesized set (one train, one held out), the pretrained policy with LoRA (warm-started
+    on 2 mutation pairs of the train project), two arms: the output's shape, held-out figures for every arm, and a
+    control arm whose adapter is still PEFT's zero initialisation after its RL steps."""
     from model_fixtures import models_cache
     from safetensors.torch import load_file
 
@@ -141,7 +141,7 @@ def test_quick_loop_experiment_on_the_real_policy(bundled_tasks: Path, tmp_path:
     manifest["sources"] = [s for s in manifest["sources"] if s["repo"] in keep.values()]
     (mini / "manifest.json").write_text(json.dumps(manifest))
     splits = {name: sorted(r["instance_id"] for r in rows if r["repo"] == repo) for name, repo in keep.items()}
-    (mini / "splits.json").write_text(json.dumps(splits))
+    (mini / "splits.json").write_text(json.dumps({**splits, "repos": {k: [v] for k, v in keep.items()}}))
 
     out, work = tmp_path / "out", tmp_path / "work"
     rc = main(["loop", "--config", str(ROOT / "configs" / "loop_real.yaml"), "--quick", "--arms",
@@ -149,8 +149,8 @@ def test_quick_loop_experiment_on_the_real_policy(bundled_tasks: Path, tmp_path:
                "--set", f"model.cache_dir={json.dumps(str(models_cache()))}",
                "--set", f"tasks.instances={json.dumps(str(mini / 'instances.jsonl'))}",
                "--set", f"tasks.repos_dir={json.dumps(str(tmp_path / 'synth' / 'repos'))}",
-               "--set", "warmstart.max_examples=2", "--set", "warmstart.epochs=1",
-               "--set", "rollout.max_new_tokens=48"])
+               "--set", "warmstart.mutations=2", "--set", "warmstart.epochs=1", "--set", "warmstart.batch_size=1",
+               "--set", "tasks.frontier_k=0", "--set", "rollout.max_new_tokens=48"])
     assert rc == 0
     result = json.loads((out / "loop-quick.json").read_text())
     assert (out / "loop-quick.png").stat().st_size > 10_000

@@ -195,7 +195,9 @@ def test_fit_schedule_ends_the_cosine_where_the_shortened_run_ends():
     assert not fit_schedule(get_constant_schedule(opt), 20)  # no horizon to move: the caller keeps the plan
 
 
-def test_time_budget_shortens_the_run_after_measuring_it(monkeypatch, capsys):
+def _run_clock(monkeypatch, start: int) -> tuple:
+    """sft.train's clock over a 100-step cosine run begun (or resumed) at `start`, 10 s a step, a 2-minute budget:
+    (the callback, the trainer state, the schedule) where it stopped."""
     import time
     from types import SimpleNamespace
 
@@ -208,18 +210,35 @@ def test_time_budget_shortens_the_run_after_measuring_it(monkeypatch, capsys):
     monkeypatch.setattr(time, "perf_counter", lambda: clock["t"])
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=0, num_training_steps=100)
-    cb = clock_callback(max_minutes=2.0)  # 120 s; each step below takes 10 s
-    state, control = SimpleNamespace(global_step=0, max_steps=100), SimpleNamespace(should_training_stop=False)
+    for _ in range(start):  # the steps a resumed run's checkpoint already took
+        opt.step()
+        sched.step()
+    cb = clock_callback(max_minutes=2.0)
+    state, control = SimpleNamespace(global_step=start, max_steps=100), SimpleNamespace(should_training_stop=False)
     cb.on_train_begin(None, state, control)
-    for step in range(1, 101):
-        clock["t"] = 10.0 * step
+    for step in range(start + 1, 101):
+        clock["t"] = 10.0 * (step - start)
         state.global_step = step
         opt.step()
         sched.step()
         cb.on_step_end(None, state, control, lr_scheduler=sched)
         if control.should_training_stop:
             break
+    return cb, state, sched
+
+
+def test_time_budget_shortens_the_run_after_measuring_it(monkeypatch, capsys):
+    cb, state, sched = _run_clock(monkeypatch, 0)
     # After 8 steps (80 s) the remaining 40 s fit 4 more: the run and its cosine end at step 12.
     assert cb.fitted_steps == 12 and state.global_step == 12 and not cb.stopped_at_cap
     assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)
     assert "10.0 s/step: about 17 min for 100 steps" in capsys.readouterr().out
+
+
+def test_clock_fits_a_resumed_run(monkeypatch, capsys) -> None:
+    """A run resumed at step 60 measures its own first steps and fits the rest of its budget (before the fix the
+    fit waited for global step 8, which a resumed run never reaches: it ran on to the cap, its cosine cut off)."""
+    cb, state, sched = _run_clock(monkeypatch, 60)
+    assert cb.fitted_steps == 72 and state.global_step == 72 and not cb.stopped_at_cap
+    assert sched.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)
+    assert "10.0 s/step: about 7 min for 40 steps" in capsys.readouterr().out

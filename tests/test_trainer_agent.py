@@ -229,7 +229,7 @@ def test_tools_keep_the_agent_inside_the_repository(tmp_path):
 
 def test_recount_fixes_hunk_counts_and_leaves_real_diffs_alone() -> None:
     """A model's diff with the right lines but wrong `@@` counts becomes well formed (what `git apply --recount`
-    accepts); noise after a hunk that already reached its declared counts, and prose after the diff, are dropped;
+    accepts); prose after the diff is dropped;
     a blank context line that lost its leading space is restored. Real `git diff` output is unchanged."""
     from unidiff import PatchSet
 
@@ -242,9 +242,10 @@ def test_recount_fixes_hunk_counts_and_leaves_real_diffs_alone() -> None:
     assert fixed == head + "@@ -10,4 +10,4 @@ def f():\n" + body.replace("\n\n", "\n \n")
     (hunk,) = PatchSet(fixed)[0]
     assert (hunk.source_length, hunk.target_length) == (4, 4)
-    # declared counts reached: the rest up to the next header is noise, the next hunk is kept
-    noisy = head + "@@ -1,2 +1,2 @@\n-x = 1\n+x = 2\n y = 0\n junk that patch ignores\n@@ -9 +9 @@\n-z\n+w\n"
-    assert recount_hunks(noisy) == head + "@@ -1,2 +1,2 @@\n-x = 1\n+x = 2\n y = 0\n@@ -9 +9 @@\n-z\n+w\n"
+    # hunk lines past the declared counts are the policy's too (`git apply --recount` reads them all): recounted,
+    # never cut off; the next hunk is kept
+    noisy = head + "@@ -1,2 +1,2 @@\n-x = 1\n+x = 2\n y = 0\n more context\n@@ -9 +9 @@\n-z\n+w\n"
+    assert recount_hunks(noisy) == head + "@@ -1,3 +1,3 @@\n-x = 1\n+x = 2\n y = 0\n more context\n@@ -9 +9 @@\n-z\n+w\n"
     eof = head + "@@ -1 +1 @@\n-x\n+y\n\\ No newline at end of file\n"
     assert recount_hunks(eof) == eof
     assert recount_hunks("no hunks here\n") == "no hunks here\n"

@@ -77,6 +77,16 @@ class TasksConfig(_Section):
     # only its tasks. Empty = every task.
     split: Str = ""
     shuffle: bool = True
+    # Frontier tasks (DAPO-style pre-filter; trainer.frontier): before RL, this many answers per training task from
+    # the starting policy estimate its pass rate p, and only tasks with 0 < p < 1 are trained on (recorded in
+    # OUT/frontier.json). 0 = every task. Held-out tasks are never filtered.
+    frontier_k: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _frontier_k(self) -> TasksConfig:
+        if self.frontier_k == 1:
+            raise ValueError("frontier_k=1 cannot tell 0 < p < 1 from p in {0, 1}; use 0 (off) or at least 2")
+        return self
 
     def instances_path(self) -> Path:
         return Path(self.instances or Path(self.dir) / "instances.jsonl")
@@ -97,6 +107,11 @@ class RolloutConfig(_Section):
     max_new_tokens: int = Field(256, ge=1)  # per turn
     max_prompt_tokens: int = Field(2048, ge=1)
     max_context_chars: int = Field(4000, ge=0)  # source shown in the single-turn prompt
+    # single_turn: what the answer is (trainer.agent.edits): a unified diff, the code shown rewritten whole
+    # (`function`: the function around the fix, or a window of it), or SEARCH/REPLACE blocks. Whatever the
+    # format, the reward is the sandbox's verdict on the unified diff it stands for.
+    edit_format: Literal["diff", "function", "search_replace"] = "diff"
+    max_region_lines: int = Field(30, ge=1)  # function / search_replace: at most this many lines shown
     # RL samples: > 0. The log-probs of the importance ratio are scored under the same temperature and top-p.
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -199,6 +214,17 @@ class OptimConfig(_Section):
 
 class WarmstartConfig(_Section):
     enabled: bool = False
+    # What the warm start imitates: `tasks` — the rollout patches (or reference fixes) of a task set (below);
+    # `mutations` — pairs made by the task factory's mutation engine from the training split's projects only
+    # (trainer.mutation_data): a broken function's prompt → the answer that restores it, in rollout.edit_format,
+    # trained with TRL + PEFT LoRA (trainer.mutation_sft), cached by data + settings + base model.
+    source: Literal["tasks", "mutations"] = "tasks"
+    mutations: int = Field(2000, ge=1)  # source=mutations: how many pairs
+    per_function: int = Field(2, ge=1)  # source=mutations: at most this many bugs per function
+    seed: int = 0  # source=mutations: seeds the pairs and the SFT (one warm start for every run seed)
+    max_minutes: float | None = Field(None, gt=0)  # source=mutations: a time budget; the schedule is fitted to it
+    layers: Str = ""  # source=mutations: LoRA on these decoder layers only ("A-B"); empty = all
+    bf16: bool = False  # source=mutations: train in bfloat16
     # The tasks whose rollout patches to imitate: a tasks directory (instances.jsonl, repos/, predictions.jsonl,
     # expected.jsonl); empty = the training tasks themselves. Another set teaches the answer format without
     # showing the policy its RL tasks' fixes.
@@ -247,6 +273,8 @@ class TrainConfig(_Section):
              "warmstart imitates single-turn diff answers; set rollout.mode: single_turn or warmstart.enabled: false"),
             (r.backend == "transformers" or self.lora.enabled,
              f"rollout.backend={r.backend} receives LoRA adapters only; set lora.enabled: true"),
+            (r.edit_format == "diff" or r.mode == "single_turn",
+             f"rollout.edit_format={r.edit_format} is a single-turn answer; set rollout.mode: single_turn"),
             (not r.drop_unfinished or r.mode == "agent",
              "rollout.drop_unfinished applies to agent episodes; set rollout.mode: agent or drop_unfinished: false"),
             (self.optim.lr_schedule != "cosine" or self.optim.warmup_steps < max(self.steps, 1),

@@ -22,7 +22,8 @@ def generate(r: RolloutConfig, backend: Any, tokenizer: Any, instances: dict[str
     if r.mode == "single_turn":
         trajs = run_single_turn(jobs, backend, tokenizer, repos_dir=repos_dir,
                                 max_context_chars=r.max_context_chars, max_new_tokens=r.max_new_tokens,
-                                temperature=r.temperature, top_p=r.top_p, max_prompt_tokens=r.max_prompt_tokens)
+                                temperature=r.temperature, top_p=r.top_p, max_prompt_tokens=r.max_prompt_tokens,
+                                edit_format=r.edit_format, max_region_lines=r.max_region_lines)
     else:
         trajs = run_agent_episodes(jobs, backend, tokenizer, repos_dir=repos_dir, sandbox=sandbox,
                                    max_turns=r.max_turns, max_new_tokens=r.max_new_tokens,

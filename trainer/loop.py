@@ -63,11 +63,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.instances = load_instances(cfg)
         self.repos = cfg.tasks.repos_path()
-        self.sampler = TaskSampler(list(self.instances), cfg.seed, cfg.tasks.shuffle)
         self.pool = SandboxPool(cfg.sandbox, self.repos, run_id=f"train-{self.out.name}")  # checks before the model
         ckpt, state = resume_point(self.out, resume, log)
         self.policy = build_policy(cfg, self.instances, ckpt=ckpt, state=state, log=log)
-        self.restore(state)
         from trainer.rollout import make_backend
 
         self.backend = make_backend(cfg, self.policy.model, self.policy.tokenizer, str(self.out),
@@ -76,10 +74,14 @@ class Trainer:
             if cfg.rollout.backend == "openai" and self.policy.base_path != cfg.model.name_or_path:
                 log(f"note: the policy's base is {self.policy.base_path} (warm start or checkpoint): the server at "
                     f"{cfg.rollout.base_url} must serve those weights for the LoRA updates it receives to apply")
-            if ckpt and cfg.rollout.backend != "transformers":
-                self.backend.sync_weights(self.policy.model, self.start_step)
             self.judge = Judge(cfg.grader, self.repos, sandbox=self.pool.config, work_dir=self.out,
                                models_root=cfg.model.cache_dir)
+            if cfg.tasks.frontier_k:  # before any trained adapter reaches the engine: it samples the starting policy
+                self.instances = self.frontier(resumed=ckpt is not None)
+            self.sampler = TaskSampler(list(self.instances), cfg.seed, cfg.tasks.shuffle)
+            self.restore(state)
+            if ckpt and cfg.rollout.backend != "transformers":
+                self.backend.sync_weights(self.policy.model, self.start_step)
             self.metrics = MetricsWriter(self.out, start_step=self.start_step, tensorboard=cfg.tensorboard)
             (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
         except BaseException:
@@ -91,6 +93,21 @@ class Trainer:
         same base; a `vllm serve` the run started is stopped with its children)."""
         close_backend(self.backend)
         self.judge.close()
+
+    def frontier(self, *, resumed: bool) -> dict:
+        """The training tasks with 0 < p < 1 under the starting policy (`tasks.frontier_k`; trainer.frontier). A
+        resumed run keeps the tasks it started with: its policy is no longer the starting one."""
+        from trainer.frontier import ensure_frontier
+
+        record = self.out / "frontier.json"
+        if resumed:
+            if not record.is_file():
+                raise ValueError(f"{self.out} trains on frontier tasks but has no frontier.json to resume with")
+            kept = json.loads(record.read_text())["kept"]
+        else:
+            kept = ensure_frontier(self.cfg, self.policy.base_path, self.backend, self.policy.tokenizer,
+                                   self.instances, self.pool, self.judge, self.out, self.log)
+        return {i: self.instances[i] for i in kept if i in self.instances}
 
     def restore(self, state: dict) -> None:
         """Continue where a checkpoint's state left off: its step and task cursor, and the tasks it had drawn
@@ -168,6 +185,8 @@ class Trainer:
         items = [it for it, c in zip(items, cut, strict=True) if not c]
         r, p = self.cfg.rollout, self.policy
         lr = o.lr * lr_factor(step, o, self.cfg.steps)
+        if lr == 0.0:  # nothing can change (AdamW's step and its weight decay both scale with lr): skip the passes
+            return {"lr": 0.0, "overlong_filtered": sum(cut), "update_skipped": 1}
         stats = policy_update(p.model, p.optimizer, items, o, pad_id=p.pad_id, temperature=r.temperature,
                               top_p=r.top_p, seed=self.cfg.seed, ref_model=p.ref_model, lr=lr,
                               loss_scale=o.loss_scale or self.cfg.policy_token_budget())

@@ -66,6 +66,8 @@ def step_row(step: int, groups: list[RolloutGroup], kept: list[RolloutGroup], st
         "resolved_rate": sum(r.resolved for r in valid) / max(1, len(valid)),
         "infra_errors": len(results) - len(valid),
         "dropped": sum(t.dropped for g in groups for t in g.trajs),
+        # single-turn answers that are no patch in the edit format asked for (empty patch, reward 0)
+        "format_errors": sum(t.format_error is not None for g in groups for t in g.trajs),
         "hacks_sandbox": sum(r.hacked for r in results),
         "hacks_grader": sum(len(g.grader_hacks) for g in groups),
         "tampered": sum(r.tampered_tests for r in results),

@@ -40,6 +40,32 @@ def split_ids(tasks: TasksConfig) -> set[str] | None:
     return set(ids)
 
 
+def other_split_ids(tasks: TasksConfig) -> set[str]:
+    """The instance ids of every split but `tasks.split` in the set's `splits.json` (none when no split is set):
+    the tasks a run on `tasks` must never train or warm-start on."""
+    if not tasks.split:
+        return set()
+    splits = json.loads((tasks.instances_path().parent / "splits.json").read_text())
+    return {i for name, ids in splits.items() if name != tasks.split and isinstance(ids, list) for i in ids
+            if isinstance(i, str)}
+
+
+def check_heldout_split(tasks: TasksConfig, heldout: str) -> None:
+    """Refuse a held-out split that is the training split, or that shares a task with it (a run that trains on
+    every task has no held-out split): figures on it would be measured on tasks the policy trained on."""
+    if not heldout:
+        return
+    if not tasks.split:
+        raise ValueError(f"the held-out split {heldout!r} cannot be measured on a run that trains on every task "
+                         "(tasks.split is empty); set tasks.split to the training split")
+    if heldout == tasks.split:
+        raise ValueError(f"the held-out split {heldout!r} is the training split (tasks.split); name another split")
+    train, held = split_ids(tasks), split_ids(tasks.model_copy(update={"split": heldout}))
+    if both := sorted((train or set()) & (held or set())):
+        raise ValueError(f"splits {tasks.split!r} and {heldout!r} share {len(both)} task(s), e.g. {both[0]}: a "
+                         "held-out task must never be trained on")
+
+
 def load_instances(cfg: TrainConfig | TasksConfig) -> dict[str, Instance]:
     tasks = cfg.tasks if isinstance(cfg, TrainConfig) else cfg
     path = tasks.instances_path()

@@ -25,11 +25,12 @@ import torch
 from sandbox.jsonl import JsonlError, read_jsonl
 from sandbox.records import Instance
 from sandbox.report import staged_dir
-from trainer.agent.prompts import single_turn_messages
+from trainer.agent.edits import as_answer
+from trainer.agent.prompts import single_turn_prompt
 from trainer.agent.tokens import Conversation
-from trainer.config import TasksConfig, TrainConfig
+from trainer.config import RolloutConfig, TasksConfig, TrainConfig
 from trainer.logprobs import token_logprobs
-from trainer.tasks import fixed_subset, load_instances
+from trainer.tasks import fixed_subset, load_instances, other_split_ids
 
 _MARKER = "gagar_warmstart.json"
 
@@ -52,11 +53,18 @@ def warmstart_tasks(cfg: TrainConfig, instances: dict[str, Instance]) -> tuple[d
     if not cfg.warmstart.tasks_dir:
         return instances, cfg.tasks.repos_path()
 
-    tasks = TasksConfig(dir=cfg.warmstart.tasks_dir)
+    # The training split applies there too (when that set has splits), and no task of another split of the
+    # training set may be imitated: a held-out task's fix must never be shown to the policy.
+    split = cfg.tasks.split if (Path(cfg.warmstart.tasks_dir) / "splits.json").is_file() else ""
+    tasks = TasksConfig(dir=cfg.warmstart.tasks_dir, split=split)
     try:
-        return load_instances(tasks), tasks.repos_path()
+        found = load_instances(tasks)
     except (OSError, ValueError) as exc:
         raise ValueError(f"warmstart.tasks_dir: {exc}") from exc
+    if held := sorted(set(found) & other_split_ids(cfg.tasks)):
+        raise ValueError(f"warmstart.tasks_dir {cfg.warmstart.tasks_dir} holds {len(held)} task(s) of a split the "
+                         f"run does not train on (e.g. {held[0]}); a warm start must never imitate them")
+    return found, tasks.repos_path()
 
 
 def warmstart_examples(cfg: TrainConfig, instances: dict[str, Instance]) -> list[tuple[str, str, str]]:
@@ -88,6 +96,26 @@ def _rollout_examples(cfg: TrainConfig, instances: dict[str, Instance], tdir: Pa
     return out
 
 
+def answers_in_format(examples: list[tuple[str, str, str]], instances: dict[str, Instance], repos: Path,
+                      r: RolloutConfig) -> list[tuple[str, str, str]]:
+    """(instance_id, kind, answer): each imitated patch written as the answer of `rollout.edit_format` (the
+    patch itself for `diff`; the code shown, rewritten, for `function`; SEARCH/REPLACE blocks). A patch that
+    does not touch the code the prompt shows cannot be written in a region format and is left out."""
+    if r.edit_format == "diff":
+        return examples
+    out = []
+    for iid, kind, patch in examples:
+        region = single_turn_prompt(instances[iid], repos, r.max_context_chars, r.edit_format,
+                                    r.max_region_lines).region
+        answer = as_answer(r.edit_format, region, patch) if region else None
+        if answer is not None:
+            out.append((iid, kind, answer))
+    if not out:
+        raise ValueError(f"warmstart: none of the {len(examples)} patches can be written as a "
+                         f"{r.edit_format} answer (each must change only the code its prompt shows)")
+    return out
+
+
 def warmup_steps(total: int) -> int:
     """The learning-rate warm-up of a warm start of `total` optimizer steps: 10 steps, but never more than a
     tenth of the run (a 12-step warm start would otherwise spend almost all of it below its learning rate)."""
@@ -96,13 +124,18 @@ def warmup_steps(total: int) -> int:
 
 def ensure_warmstart(cfg: TrainConfig, base_path: str, instances: dict[str, Instance], tokenizer: Any,
                      log=print) -> str:
+    if cfg.warmstart.source == "mutations":
+        from trainer.mutation_sft import ensure_mutation_warmstart
+
+        return ensure_mutation_warmstart(cfg, base_path, log=log)
     instances, repos = warmstart_tasks(cfg, instances)
-    examples = warmstart_examples(cfg, instances)
     w, r = cfg.warmstart, cfg.rollout
+    examples = answers_in_format(warmstart_examples(cfg, instances), instances, repos, r)
     prompts: dict[str, list[int]] = {}
     for iid, _kind, _patch in examples:
         if iid not in prompts:
-            prompts[iid] = Conversation(tokenizer, single_turn_messages(instances[iid], repos, r.max_context_chars)).ids
+            prompts[iid] = Conversation(tokenizer, single_turn_prompt(
+                instances[iid], repos, r.max_context_chars, r.edit_format, r.max_region_lines).messages).ids
     # The prompts themselves are in the key: a change to what the prompt shows must not reuse an old warm start.
     shape = {"epochs": w.epochs, "lr": w.lr, "batch": w.batch_size, "seed": cfg.seed, "ctx": r.max_context_chars,
              "examples": examples, "commits": sorted(i.base_commit for i in instances.values()),

@@ -14,8 +14,9 @@ from sandbox.env.images import select_image
 from sandbox.integrity import gitsafe
 from sandbox.records import Instance
 from sandbox.workspace import GroupWorkspace, hand_over
-from trainer.agent.format import TOOL_CALL_CLOSE, FormatError, extract_diff, parse_tool_call
-from trainer.agent.prompts import agent_messages, single_turn_messages
+from trainer.agent.edits import to_patch
+from trainer.agent.format import TOOL_CALL_CLOSE, FormatError, parse_tool_call
+from trainer.agent.prompts import SingleTurnPrompt, agent_messages, read_blob, single_turn_prompt
 from trainer.agent.tokens import Conversation
 from trainer.agent.tools import AgentTools
 
@@ -41,6 +42,8 @@ class Trajectory:
     # Set by the trainer when `rollout.drop_unfinished` drops the episode (it ended on max_turns or context):
     # masked like an infra_error — out of the group's baseline and the loss — but still evaluated and logged.
     dropped: bool = False
+    # Single-turn: why the answer is not a patch in the edit format asked for (then `patch` is '': reward 0).
+    format_error: str | None = None
 
     @property
     def policy_tokens(self) -> int:
@@ -58,13 +61,17 @@ def run_single_turn(
     temperature: float,
     top_p: float = 1.0,
     max_prompt_tokens: int = 4096,
+    edit_format: str = "diff",
+    max_region_lines: int = 30,
 ) -> list[Trajectory]:
-    """One completion per job, asked for a unified diff; the patch is the diff in the completion."""
-    convs, cache = [], {}
+    """One completion per job, asked for an edit in `edit_format`; the patch is the unified diff the answer
+    stands for (`trainer.agent.edits.to_patch`), '' with the reason in `format_error` when it does not parse."""
+    convs, prompts = [], {}
     for inst, _ in jobs:
-        if inst.instance_id not in cache:
-            cache[inst.instance_id] = single_turn_messages(inst, repos_dir, max_context_chars)
-        conv = Conversation(tokenizer, cache[inst.instance_id])
+        if inst.instance_id not in prompts:
+            prompts[inst.instance_id] = single_turn_prompt(inst, repos_dir, max_context_chars, edit_format,
+                                                           max_region_lines)
+        conv = Conversation(tokenizer, prompts[inst.instance_id].messages)
         if len(conv) > max_prompt_tokens:
             raise ValueError(f"{inst.instance_id}: the prompt has {len(conv)} tokens > rollout.max_prompt_tokens="
                              f"{max_prompt_tokens}; lower rollout.max_context_chars")
@@ -74,9 +81,20 @@ def run_single_turn(
     out = []
     for (inst, rid), conv, s in zip(jobs, convs, samples, strict=True):
         conv.add_policy(s.token_ids, s.text, s.logprobs)
-        out.append(Trajectory(inst.instance_id, rid, conv.ids, conv.mask, conv.prompt_len, extract_diff(s.text),
-                              finish=s.finish_reason, sampler_logprobs=conv.sampler_logprobs()))
+        patch = answer_patch(edit_format, s.text, prompts[inst.instance_id], inst, repos_dir)
+        error = patch.message if isinstance(patch, FormatError) else None
+        out.append(Trajectory(inst.instance_id, rid, conv.ids, conv.mask, conv.prompt_len, "" if error else patch,
+                              finish=s.finish_reason, sampler_logprobs=conv.sampler_logprobs(), format_error=error,
+                              events=[f"format error: {error}"] if error else []))
     return out
+
+
+def answer_patch(edit_format: str, text: str, prompt: SingleTurnPrompt, inst: Instance,
+                 repos_dir: Path) -> str | FormatError:
+    """The patch an answer to `prompt` stands for (files other than the one shown are read at the task's
+    base commit, from its own clone)."""
+    repo = Path(repos_dir) / inst.repo_dirname
+    return to_patch(edit_format, text, prompt.region, lambda path: read_blob(repo, inst.base_commit, path))
 
 
 def run_agent_episodes(

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-_FENCE = re.compile(r"```(?:diff|patch)?[ \t]*\n(.*?)```", re.S)
+# A fenced block: the opening fence with its info string (```diff, ```python), its body, and the closing fence
+# (or the end of the text: a completion cut by the token limit). Matched pairwise, so the closing fence of one
+# block is never read as the opening of the next.
+_BLOCK = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:^[ \t]*```[ \t]*$|\Z)", re.S | re.M)
+_DIFF_START = ("diff --git ", "--- a/", "--- /dev/null")
 
 
 @dataclass
@@ -56,13 +60,26 @@ def parse_tool_call(text: str) -> ToolCall | FormatError:
     return ToolCall(obj["name"], args)
 
 
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """The fenced code blocks of a completion, in order: (info string lower-cased, e.g. `diff`, `python` or '';
+    body)."""
+    return [(m.group(1).lower(), m.group(2)) for m in _BLOCK.finditer(text)]
+
+
+def _has_diff_header(body: str) -> bool:
+    return any(line.startswith(_DIFF_START) for line in body.splitlines())
+
+
 def extract_diff(text: str) -> str:
-    """The unified diff in a completion: a fenced ```diff block, else everything from the first diff header."""
-    m = _FENCE.search(text)
-    body = m.group(1) if m else text
+    """The unified diff in a completion: the first fenced ```diff (or ```patch) block, else the first fenced
+    block that holds a diff header, else the text itself; from its first diff header on."""
+    blocks = code_blocks(text)
+    body = next((b for lang, b in blocks if lang in ("diff", "patch")), None)
+    if body is None:
+        body = next((b for _, b in blocks if _has_diff_header(b)), text)
     lines = body.splitlines(keepends=True)
     for i, line in enumerate(lines):
-        if line.startswith(("diff --git ", "--- a/", "--- /dev/null")):
+        if line.startswith(_DIFF_START):
             body = "".join(lines[i:])
             break
     else:
@@ -97,16 +114,17 @@ class _Hunk:
 def recount_hunks(patch: str) -> str:
     """Hunk headers whose line counts match their hunks, as `git apply --recount` makes them: a model writes the
     changed lines right far more often than it counts them, and one wrong count makes a whole patch malformed.
-    A hunk whose lines reach the header's own counts ends there (what follows, up to the next header, is noise
-    that `patch` would ignore too); any other hunk gets the counts of its lines. A blank line followed by more
-    hunk lines is a blank context line whose leading space was dropped; prose after the diff is dropped. Start
-    lines are kept (`git apply` finds a hunk near them). A patch without hunks is returned as it is."""
+    Every hunk gets the counts of all its lines — each line that starts with ' ', '-', '+' or '\\' up to the
+    next header or the first line of prose — whatever its header declared: a hunk is never cut at the declared
+    counts, since that would turn the policy's `-old` + `+new` into a patch it did not write (a bare deletion).
+    A blank line followed by more hunk lines is a blank context line whose leading space was dropped; prose
+    after the diff is dropped. Start lines are kept (`git apply` finds a hunk near them). A patch without hunks
+    is returned as it is."""
     lines = patch.splitlines()
     if not any(_HUNK.match(x) for x in lines):
         return patch
     out: list[str] = []
     hunk: _Hunk | None = None
-    done = False  # the current hunk reached its declared counts: skip to the next header
 
     def close() -> None:
         if hunk is not None and (fixed := hunk.header()) is not None:
@@ -116,19 +134,14 @@ def recount_hunks(patch: str) -> str:
         m = _HUNK.match(line)
         if m:
             close()
-            done = False
             hunk = _Hunk(len(out), m.group(1), m.group(3), m.group(5), (int(m.group(2) or 1), int(m.group(4) or 1)))
             out.append(line)
             continue
-        if line.startswith(_FILE_HEADER) and not (hunk and not done and line[:1] in "-+" and
+        if line.startswith(_FILE_HEADER) and not (hunk and line[:1] in "-+" and
                                                   not line.startswith(("--- a/", "+++ b/", "--- /dev/null"))):
             close()
-            hunk, done = None, False
+            hunk = None
             out.append(line)
-            continue
-        if done:
-            if line.startswith("\\"):  # "\ No newline at end of file" belongs to the line before it
-                out.append(line)
             continue
         if hunk and line == "":
             following = lines[n + 1] if n + 1 < len(lines) else ""
@@ -139,7 +152,6 @@ def recount_hunks(patch: str) -> str:
             out.append(line)
             hunk.old += line[0] in " -"
             hunk.new += line[0] in " +"
-            done = (hunk.old, hunk.new) == hunk.declared
         elif hunk:
             break  # prose after the diff
         else:

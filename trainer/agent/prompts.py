@@ -1,11 +1,15 @@
-"""What the policy is told: the agent's system prompt and tool list, and the single-turn diff prompt."""
+"""What the policy is told: the agent's system prompt and tool list, and the single-turn prompt of each edit
+format (`trainer.agent.edits`): a unified diff of the files shown, or the code around the fix to rewrite
+(`function`) or edit with SEARCH/REPLACE blocks (`search_replace`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.integrity.gitsafe import GitError, source_git
 from sandbox.records import Instance
+from trainer.agent.edits import Region, changed_line, find_region, shown
 from trainer.agent.format import format_tool_call
 
 TOOLS_DOC = [
@@ -30,6 +34,17 @@ SINGLE_TURN_SYSTEM = (
     "You fix issues in code repositories. Answer with a unified diff (git format, paths a/... and b/...) that "
     "fixes the issue with the smallest change; do not edit the tests."
 )
+REGION_SYSTEM = {
+    "function": "You fix bugs in code. Answer with the code you are shown, fixed, in one ```python block: change "
+                "only what the fix needs and keep every other line as it is.",
+    "search_replace": "You fix bugs in code. Answer with SEARCH/REPLACE blocks: the file's path on a line, then\n"
+                      "<<<<<<< SEARCH\n(lines copied exactly from the file)\n=======\n(the lines that replace "
+                      "them)\n>>>>>>> REPLACE\nChange only what the fix needs.",
+}
+REGION_ASK = {
+    "function": "Answer with this code, fixed, whole, in one ```python block.",
+    "search_replace": "Answer with the SEARCH/REPLACE blocks that fix it.",
+}
 
 
 def agent_messages(instance: Instance) -> list[dict]:
@@ -89,9 +104,8 @@ def context_files(instance: Instance, repo: Path, max_chars: int) -> list[tuple[
                   and p.endswith((".py", ".go", ".java", ".js", ".ts", ".rs", ".c", ".h")))
     out, used = [], 0
     for path in oracle + rest:
-        try:
-            text = source_git(repo, "cat-file", "blob", f"{instance.base_commit}:{path}", binary=True).decode()
-        except (GitError, UnicodeDecodeError):
+        text = read_blob(repo, instance.base_commit, path)
+        if text is None:
             continue
         if used + len(text) > max_chars:
             if path in oracle and not out:
@@ -117,3 +131,55 @@ def single_turn_messages(instance: Instance, repos_dir: Path, max_chars: int) ->
     user = (f"Repository: {instance.repo}\nIssue:\n{instance.problem_statement.strip()}\n\n"
             f"Source files:\n{shown}\nAnswer with the unified diff only.")
     return [{"role": "system", "content": SINGLE_TURN_SYSTEM}, {"role": "user", "content": user}]
+
+
+@dataclass
+class SingleTurnPrompt:
+    """The messages of a single-turn prompt and, for the `function` and `search_replace` formats, the region
+    of code they show (what the answer is turned into a patch against)."""
+
+    messages: list[dict]
+    region: Region | None = None
+
+
+def region_messages(edit_format: str, repo: str, statement: str, region: Region) -> list[dict]:
+    """The `function` / `search_replace` prompt: the issue and the code around the fix. The same text for
+    the policy's tasks and the warm start's mutation pairs (`trainer.mutation_data`)."""
+    lang = "python" if region.path.endswith(".py") else ""
+    what = f" (the function `{region.function}`)" if region.function else ""
+    user = (f"Repository: {repo}\nIssue:\n{statement.strip()}\n\n"
+            f"The code to fix, {region.path} lines {region.start}-{region.end}{what}:\n```{lang}\n{shown(region)}```\n"
+            f"{REGION_ASK[edit_format]}")
+    return [{"role": "system", "content": REGION_SYSTEM[edit_format]}, {"role": "user", "content": user}]
+
+
+def instance_region(instance: Instance, repo: Path, *, max_lines: int, max_chars: int) -> Region:
+    """The code a region prompt shows for a task: around the first line its reference patch changes, in the
+    first file it touches (SWE-bench's oracle file), read from the task's own clone at `base_commit`."""
+    files = _patch_files(instance.patch)
+    if not files:
+        raise ValueError(f"{instance.instance_id}: its reference patch names no file, so no code can be shown")
+    path = files[0]
+    text = read_blob(repo, instance.base_commit, path)
+    if text is None:
+        raise ValueError(f"{instance.instance_id}: cannot read {path} at its base commit")
+    line = changed_line(instance.patch, path) or 1
+    return find_region(path, text, line, max_lines=max_lines, max_chars=max_chars)
+
+
+def read_blob(repo: Path, commit: str, path: str) -> str | None:
+    """A file of the task's own clone at `commit` (None if there is none): what SEARCH blocks are matched on."""
+    try:
+        return source_git(repo, "cat-file", "blob", f"{commit}:{path}", binary=True).decode()
+    except (GitError, UnicodeDecodeError):
+        return None
+
+
+def single_turn_prompt(instance: Instance, repos_dir: Path, max_chars: int, edit_format: str = "diff",
+                       max_region_lines: int = 30) -> SingleTurnPrompt:
+    """The single-turn prompt of `edit_format` for a task (`rollout.edit_format`)."""
+    if edit_format == "diff":
+        return SingleTurnPrompt(single_turn_messages(instance, repos_dir, max_chars))
+    repo = Path(repos_dir) / instance.repo_dirname
+    region = instance_region(instance, repo, max_lines=max_region_lines, max_chars=max_chars)
+    return SingleTurnPrompt(region_messages(edit_format, instance.repo, instance.problem_statement, region), region)

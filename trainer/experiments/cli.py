@@ -2,7 +2,7 @@
 
     gagar experiment bloat [--seeds K] [--steps N] [--out DIR] [--verdicts FILE] [--tasks-dir DIR]
     gagar experiment skew  [--seeds K] [--steps N] [--out DIR]
-    gagar experiment loop  [--config FILE] [--seeds K] [--steps N] [--arms A,B] [--out DIR] [--work DIR]
+    gagar experiment loop  [--config FILE] [--seeds K] [--steps N] [--arms A,B] [--out DIR] [--work DIR] [--dry-run]
                            [--heldout-split S] [--heldout-tasks N] [--heldout-k K] [--stem STEM] [--quick]
                            [--set k=v]
 
@@ -119,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     lp.add_argument("--heldout-tasks", type=int, default=16, help="a fixed subset of the held-out split (0: all)")
     lp.add_argument("--heldout-k", type=_positive_int, default=4, help="samples per held-out task for pass@k")
     lp.add_argument("--stem", default=None, help="output stem (default loop, loop-quick with --quick)")
+    lp.add_argument("--dry-run", action="store_true", help="check the settings, print the estimate and stop")
     lp.add_argument("--quick", action="store_true",
                     help="1 seed × 2 steps of a cut-down config, written to OUT/<name>-quick.*: a smoke test")
     lp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -255,11 +256,12 @@ def _loop(args: argparse.Namespace) -> int:
         if base.warmstart.enabled and base.warmstart.tasks_dir:
             _ensure_tasks(Path(base.warmstart.tasks_dir))
         split = args.heldout_split if args.heldout_split is not None else ("heldout" if base.tasks.split else "")
-        from trainer.tasks import split_ids
+        from trainer.tasks import check_heldout_split, split_ids
 
         split_ids(base.tasks)  # a missing splits file or split fails here, with what there is, not mid-run
         if split:
             split_ids(base.tasks.model_copy(update={"split": split}))
+            check_heldout_split(base.tasks, split)
         _ensure_repos(base)
         exp = LoopExperiment(config=args.config, arms=[a.strip() for a in args.arms.split(",") if a.strip()],
                              seeds=seeds, steps=steps, work=args.work / stem, tasks_dir=tasks_dir, extra=extra,
@@ -275,8 +277,11 @@ def _loop(args: argparse.Namespace) -> int:
     est = exp.estimate_s()
     print(f"loop: {len(exp.arms)} arms × {seeds} seeds × {steps} steps"
           + (f", held-out {split} ({heldout_tasks or 'all'} tasks, greedy + {heldout_k} samples)" if split else "")
-          + f"; estimated {est / 60:.0f} min on a quiet 2-core machine (runs in {exp.work}, finished runs reused)",
-          flush=True)
+          + f"; estimated {est['total'] / 60:.0f} min on the 2-core machine ("
+          + ", ".join(f"{k.replace('_', ' ')} {v / 60:.0f}" for k, v in est.items() if k != "total" and v)
+          + f"; runs in {exp.work}, finished runs, the warm start and the frontier reused)", flush=True)
+    if args.dry_run:
+        return 0
     result = _clean(run_experiment(exp, log=lambda m: print(m, flush=True)))
     write_json_atomic(args.out / f"{stem}.json", result)
     plot_loop(result, args.out / f"{stem}.png")

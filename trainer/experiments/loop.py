@@ -41,13 +41,17 @@ ARMS: dict[str, list[str]] = {
 }
 METRICS = ("pass_rate", "minimal_share", "passing_diff_lines", "passing_files", "scope_creep",
            "out_of_scope_lines", "policy_tokens_mean", "adv_std", "adv_pass_max_after", "gagar_groups", "gagar_moved",
-           "judge_fallbacks", "hacks_sandbox", "hacks_grader", "gen_s", "eval_s", "check_s", "rank_s", "update_s")
+           "judge_fallbacks", "hacks_sandbox", "hacks_grader", "format_errors", "groups_kept", "gen_s", "eval_s",
+           "check_s", "rank_s", "update_s", "step_s")
 HELDOUT = ("pass1_greedy", "pass1_sampled", "passing_diff_lines", "passing_files", "scope_creep",
-           "out_of_scope_lines", "tokens_mean", "hacks_sandbox")
-# Wall-clock seconds per RL step, per warm start and per held-out task (greedy + k samples), per config, measured
-# by this experiment's own runs on the 2-core machine (smol: the loop_real pilot at load 5, 8 rollouts of up to
-# 192 tokens a step, 48 warm-start examples × 2 epochs, k = 2); used only for the estimate printed first.
-TIMING = {"tiny": (9.0, 60.0, 2.0), "smol": (280.0, 770.0, 53.0)}
+           "out_of_scope_lines", "tokens_mean", "hacks_sandbox", "hacks_grader", "format_errors")
+# Wall-clock seconds, measured on the 2-core machine, used only for the estimate printed first: per answer of an RL
+# step (sampling, scoring, update, sandbox, grading), per answer sampled and judged without an update (held-out,
+# frontier), and per warm start. tiny: this experiment's own runs (12 answers a step in 9 s). smol: the demo's
+# vLLM step (230 s for 8 answers, load 10-25: README), the held-out measurement of the mutation-warm-started policy
+# (bench/results/policy-warmstart.json) and its warm start under the 35-minute budget of configs/loop_real.yaml.
+TIMING = {"tiny": {"answer_s": 0.75, "sample_s": 0.2, "warm_s": 60.0},
+          "smol": {"answer_s": 29.0, "sample_s": 12.0, "warm_s": 2400.0}}
 
 
 @dataclass
@@ -67,6 +71,10 @@ class LoopExperiment:
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown:
             raise ValueError(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
+        if self.heldout_split:
+            from trainer.tasks import check_heldout_split
+
+            check_heldout_split(self.config_for(self.arms[0], 0).tasks, self.heldout_split)
         if self.tasks_dir is not None and not (self.tasks_dir / "instances.jsonl").is_file():
             raise ValueError(f"{self.tasks_dir} holds no tasks (instances.jsonl); build the bundled ones with "
                              f"`python examples/build_tasks.py --out {self.tasks_dir}` (or `make tasks`)")
@@ -84,13 +92,26 @@ class LoopExperiment:
 
         return load_config(self.config, self.overrides(arm, seed))
 
-    def estimate_s(self) -> float:
-        step_s, warm_s, task_s = TIMING["smol" if "smol" in str(self.config_for(self.arms[0], 0).model.name_or_path)
-                                       else "tiny"]
+    def estimate_s(self) -> dict[str, float]:
+        """Seconds still to spend, by part (the runs not finished yet; the warm start and the frontier estimate
+        once when every seed shares them), and their sum under "total"."""
+        from trainer.tasks import load_instances
+
+        cfg = self.config_for(self.arms[0], 0)
+        t = TIMING["smol" if "smol" in str(cfg.model.name_or_path) else "tiny"]
         todo = [(a, s) for a in self.arms for s in range(self.seeds) if not _done(self.run_dir(a, s), self.steps)]
-        seeds_to_warm = len({s for _, s in todo})
-        heldout = len(todo) * (self.heldout_tasks or 1) * task_s if self.heldout_split else 0.0
-        return len(todo) * self.steps * step_s + seeds_to_warm * warm_s + heldout
+        shared = cfg.warmstart.source == "mutations"  # keyed by warmstart.seed, not the run's seed
+        warm = (1 if todo and shared else len({s for _, s in todo})) * t["warm_s"] if cfg.warmstart.enabled else 0.0
+        r = cfg.rollout
+        part = {"steps": len(todo) * self.steps * r.tasks_per_step * r.n * t["answer_s"], "warm_start": warm,
+                "frontier": (len(load_instances(cfg)) * cfg.tasks.frontier_k * t["sample_s"]
+                             if todo and cfg.tasks.frontier_k else 0.0),
+                "heldout": 0.0}
+        if self.heldout_split and todo:
+            held = self.heldout_tasks or len(load_instances(cfg.model_copy(update={"tasks": cfg.tasks.model_copy(
+                update={"split": self.heldout_split, "frontier_k": 0})})))
+            part["heldout"] = len(todo) * held * (1 + self.heldout_k) * t["sample_s"]
+        return {**part, "total": sum(part.values())}
 
 
 def _done(run: Path, steps: int) -> bool:
@@ -137,7 +158,7 @@ class Quality:
     def __init__(self, cfg: TrainConfig) -> None:
         from trainer.tasks import load_instances
 
-        self.labels = quality_labels(Path(cfg.tasks.dir))
+        self.labels = quality_labels(cfg.tasks.instances_path().parent)  # the labels beside the tasks trained on
         self.instances = load_instances(cfg)
         self.repos = cfg.tasks.repos_path()
         self._scopes: dict[str, Scope] = {}
@@ -186,7 +207,9 @@ def run_arm(exp: LoopExperiment, arm: str, seed: int, log: Callable[[str], None]
 
         held = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"split": exp.heldout_split})})
         heldout = evaluate_heldout(held, run, max_tasks=exp.heldout_tasks, k=exp.heldout_k, log=lambda m: None)
-    return {"steps": collect(run, cfg, exp.steps), "heldout": heldout}
+    frontier = json.loads((run / "frontier.json").read_text()) if (run / "frontier.json").is_file() else None
+    return {"steps": collect(run, cfg, exp.steps), "heldout": heldout,
+            "frontier": {k: v for k, v in frontier.items() if k != "rates"} if frontier else None}
 
 
 def collect(run: Path, cfg: TrainConfig, steps: int) -> list[dict[str, Any]]:
@@ -222,8 +245,44 @@ def aggregate(per_seed: dict[str, list[dict[str, Any]]], steps: int, tail: int, 
 
         final = {m: _stats([tail_mean(s, m) for s in rows]) for m in METRICS}
         held = [s["heldout"] for s in seeds if s.get("heldout")]
-        heldout = {m: _stats([h.get(m) for h in held]) for m in (*HELDOUT, f"pass{k}")} if held else None
+        heldout = {m: _stats([h.get(m) for h in held]) for m in (*HELDOUT, f"pass{k}", f"pass{k}_tasks")} \
+            if held else None
         out[arm] = {"curves": curves, "final": final, "heldout": heldout}
+    return out
+
+
+CONTRASTS = ("pass_rate", "passing_diff_lines", "passing_files", "scope_creep", "out_of_scope_lines",
+             "policy_tokens_mean")
+HELD_CONTRASTS = ("pass1_greedy", "pass1_sampled", "passing_diff_lines", "scope_creep")
+
+
+def contrast(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """Arm a minus arm b on one figure (`_stats` of each over seeds): the difference, its standard error over
+    the seeds (Welch), and whether it is beyond the seed spread (|difference| > 2 standard errors)."""
+    if not a or not b or a.get("mean") is None or b.get("mean") is None or not a["n"] or not b["n"]:
+        return None
+    diff = a["mean"] - b["mean"]
+    se = math.sqrt((a["std"] or 0.0) ** 2 / a["n"] + (b["std"] or 0.0) ** 2 / b["n"])
+    return {"diff": diff, "se": se, "beyond_spread": bool(abs(diff) > 2 * se) if se > 0 else diff != 0.0,
+            "seeds": [a["n"], b["n"]]}
+
+
+def contrasts(results: dict[str, Any], k: int) -> dict[str, Any]:
+    """Every arm against `grpo` and against `control`, on the last steps' training figures and the held-out
+    ones: what differs beyond the seed spread and what does not."""
+    out: dict[str, Any] = {}
+    held = (*HELD_CONTRASTS, f"pass{k}")
+    for base in ("grpo", "control"):
+        if base not in results:
+            continue
+        for arm, data in results.items():
+            if arm == base:
+                continue
+            row = {f"train.{m}": contrast(data["final"].get(m), results[base]["final"].get(m)) for m in CONTRASTS}
+            if data.get("heldout") and results[base].get("heldout"):
+                row.update({f"heldout.{m}": contrast(data["heldout"].get(m), results[base]["heldout"].get(m))
+                            for m in held})
+            out[f"{arm} - {base}"] = {m: c for m, c in row.items() if c is not None}
     return out
 
 
@@ -247,7 +306,10 @@ def run_experiment(exp: LoopExperiment, log: Callable[[str], None] = print) -> d
         "seeds": exp.seeds, "steps": exp.steps, "tail_steps": tail, "seconds": round(time.monotonic() - t0, 1),
         "heldout": {"split": exp.heldout_split, "tasks": exp.heldout_tasks, "k": exp.heldout_k}
         if exp.heldout_split else None,
-        "metrics": list(METRICS), "results": aggregate(per_seed, exp.steps, tail, exp.heldout_k),
+        "metrics": list(METRICS), "results": (results := aggregate(per_seed, exp.steps, tail, exp.heldout_k)),
+        "contrasts": contrasts(results, exp.heldout_k),
+        # the training tasks every run trained on (tasks.frontier_k; the same estimate for every arm and seed)
+        "frontier": next((s["frontier"] for runs in per_seed.values() for s in runs if s.get("frontier")), None),
         "per_seed": per_seed,
     }
 
