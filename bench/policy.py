@@ -72,7 +72,7 @@ def frontier(cfg, run: Path, log, max_tasks: int = 0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "loop_real.yaml")
     ap.add_argument("--k", type=int, default=8, help="samples per held-out task for pass@k (default 8)")
     ap.add_argument("--heldout-tasks", type=int, default=0, help="a fixed subset of the held-out split (0: all)")

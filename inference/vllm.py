@@ -142,9 +142,11 @@ class Engine:
         self._lock = threading.Lock()  # one call into the engine at a time (the judge may run on a thread)
         self._closed = threading.Event()
         # the engine's processes die with this one even when it is killed outright (no atexit, no finally)
-        self._reaper = guard([c.pid for c in psutil.Process().children() if c.pid not in before])
-        threading.Thread(target=self._watch, args=(self.llm.llm_engine.engine_core,), name="gagar-vllm-watch",
-                         daemon=True).start()
+        started = [c.pid for c in psutil.Process().children() if c.pid not in before]
+        self._reaper = guard(started) if started else None
+        client = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if client is not None:
+            threading.Thread(target=self._watch, args=(client,), name="gagar-vllm-watch", daemon=True).start()
 
     def _watch(self, client: Any) -> None:
         """vLLM 0.32's in-process client notices a dead engine core (its monitor sets `engine_dead`) but leaves a
