@@ -40,6 +40,14 @@ _RUN = ("import resource, sys, pytest\nrc = pytest.main(sys.argv[1:])\n"
         "r = resource.getrusage(resource.RUSAGE_SELF)\nprint('CPU', r.ru_utime + r.ru_stime)\n")
 
 
+def _shown(path: Path) -> str:
+    """The plugin's folder as results name it: relative to the repository, never a local absolute path."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return path.name
+
+
 def suite_seconds(work: Path, guard_dir: Path, guarded: bool, image: str) -> float:
     plugin = ["-p", "gagar_pytest_guard"] if guarded else []
     cmd = ["docker", "run", "--rm", "--network", "none", "-v", f"{work}:/w", "-v", f"{guard_dir}:/gagar/lib:ro",
@@ -103,7 +111,7 @@ def main() -> int:
         "guard_cpu_ms_per_test": round(per_test * 1000, 3),
         "tree_files": args.files, "snapshot_ms": round(statistics.median(snap) * 1000, 1),
         "changes_ms": round(statistics.median(diff) * 1000, 1),
-        "guard_dir": str(args.guard_dir), "image": args.image,
+        "guard_dir": _shown(args.guard_dir), "image": args.image,
     }
     doc = {"figures": figures, "raw": {f"{n} tests, {'with' if g else 'without'} guard": v
                                        for (n, g), v in times.items()} | {"snapshot_s": snap},
