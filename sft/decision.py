@@ -124,7 +124,7 @@ def calibrate(groups: list[Any], gold: dict[str, list[str]], repos_dir: Path, ba
 
 def main(argv: list[str]) -> int:
     from grader.records import load_groups, read_jsonl
-    from sandbox.report import atomic_write_text
+    from sandbox.jsonl import atomic_write_text
 
     prog = "gagar sft calibrate"
     p = ArgumentParser(prog=prog, description="Choose the combined judge's confidence threshold on "
