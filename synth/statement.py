@@ -14,6 +14,10 @@ MAX_LINE = 240
 MIN_LEAK = 6  # shorter changed lines (`pass`, `else:`, `)`) are everywhere in prose and carry no bug
 # `<object at 0x7f…>` differs per run, and pytest's shortened reprs cut the `0` off (`<mod....x7fec0afefe90>`).
 _ADDRESS = re.compile(r"(?<![0-9A-Za-z_])0?x[0-9a-fA-F]{6,}\b")
+# unittest's shortened reprs (`[59 chars]d00>`) and pytest's (`...afefe90>`) can cut an address anywhere, leaving
+# a few of its hex digits on either side of the cut: `0x7f[59 chars]`, `[59 chars]d00>`.
+_CUT_HEAD = re.compile(r"(?<![0-9A-Za-z_])0?x[0-9a-fA-F]{0,16}(?=\[\d+ chars\]|\.\.\.)")
+_CUT_TAIL = re.compile(r"(\[\d+ chars\]|\.\.\.)[0-9a-fA-F]{1,16}>")
 
 
 class Leak(ValueError):
@@ -38,7 +42,8 @@ def leaks(text: str, patch: str) -> list[str]:
 
 
 def _clean(message: str) -> list[str]:
-    return [_ADDRESS.sub("0x…", line.strip()) for line in message.splitlines()]
+    return [_CUT_TAIL.sub(r"\1…>", _CUT_HEAD.sub("0x…", _ADDRESS.sub("0x…", line.strip())))
+            for line in message.splitlines()]
 
 
 def stable_messages(runs: list[dict[str, str]]) -> dict[str, str]:

@@ -73,6 +73,23 @@ def test_statement_keeps_only_what_every_run_printed() -> None:
     assert stable_messages([]) == {} and stable_messages([a])["t.py::test_plain"] == a["t.py::test_plain"]
 
 
+def test_statement_masks_addresses_a_shortened_repr_cut() -> None:
+    # more-itertools' ValueChainTests::test_complex as two syntheses printed it: unittest's shortened repr kept only
+    # the last three hex digits of an object's address, and every run of one synthesis printed the same ones, so
+    # `stable_messages` kept the line and the two syntheses worded the statement differently.
+    line = ("AssertionError: Lists differ: [(1, (2, (3,))), ['foo', ['bar', ['baz']],[59 chars]{0}>] != "
+            "[1, (2, (3,)), 'foo', ['bar', ['baz']], 't[41 chars]{0}>]")
+    texts = {problem_statement("more-itertools", ["t.py::test_complex"], {"t.py::test_complex": line.format(tail)}, GOLD)
+             for tail in ("d00", "380")}
+    assert len(texts) == 1 and "[59 chars]…>] != " in texts.pop()
+    cut = {problem_statement("m", ["t.py::t"], {"t.py::t": f"assert <m.C object at 0x{h}[40 chars] == 1"}, GOLD)
+           for h in ("7f", "55d")}
+    assert len(cut) == 1 and "at 0x…[40 chars]" in cut.pop()
+    # Text that only looks like it is kept: a cut followed by a word, a short hex word in prose.
+    kept = problem_statement("m", ["t.py::t"], {"t.py::t": "assert 'abc[3 chars]def' == x0 == 'face'"}, GOLD)
+    assert "'abc[3 chars]def' == x0 == 'face'" in kept
+
+
 def _git_repo(root: Path, files: dict[str, str]) -> Path:
     commit_tree(root, files)
     return root
