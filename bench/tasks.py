@@ -7,6 +7,7 @@
     .venv/bin/python bench/tasks.py check --out DIR [--sample N]   # the check alone
     .venv/bin/python bench/tasks.py compare A/instances.jsonl B/instances.jsonl    # `make tasks-synth`'s check
     .venv/bin/python bench/tasks.py margins DIR    # the screen's timing rules against a finished run's runs
+    .venv/bin/python bench/tasks.py syntheses DIR DIR DIR [--note TEXT]   # several syntheses byte for byte
 
 Runs the synthesis from `examples/synth/sources.json` + `env_specs.json` into an empty DIR (the sdists are
 downloaded, the environment images reused when they exist: the figures say which), timing it and sampling the
@@ -21,6 +22,7 @@ sources file's tasks per project (a smaller run); `check` runs the 3-repeat vali
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -31,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sandbox.jsonl import atomic_write_text  # noqa: E402
@@ -85,6 +88,27 @@ def compare(a: Path, b: Path) -> int:
     print(f"{len(both)} tasks in both; {len(diff)} differences" + (" — reproduced exactly" if not diff else "")
           + (f"; {len(texts)} problem statements worded differently ({', '.join(texts[:5])})" if texts else ""))
     return 1 if diff else 0
+
+
+def _untimed(x: Any) -> Any:
+    """A manifest without its timings and load figures, which follow the machine, not the synthesis."""
+    if isinstance(x, dict):
+        return {k: _untimed(v) for k, v in x.items() if not (k.endswith("_s") or "wall" in k or "load" in k)}
+    return [_untimed(v) for v in x] if isinstance(x, list) else x
+
+
+def syntheses(dirs: list[Path]) -> dict:
+    """Several finished syntheses of one manifest: are their outputs the same bytes, and did every project screen,
+    repeat and drop the same candidates (the manifests apart from timings)?"""
+    files = ("instances.jsonl", "tasks_meta.jsonl", "splits.json")
+    digest = {f: sorted({hashlib.sha256((d / f).read_bytes()).hexdigest() for d in dirs}) for f in files}
+    manifests = [_untimed(json.loads((d / "manifest.json").read_text())) for d in dirs]
+    tasks = [len(_rows(d / "instances.jsonl")) for d in dirs]
+    return {"syntheses": len(dirs), "tasks": tasks, "distinct_sha256": {f: len(v) for f, v in digest.items()},
+            "sha256": {f: v[0] for f, v in digest.items() if len(v) == 1},
+            "manifests_equal_apart_from_timings": all(m == manifests[0] for m in manifests),
+            "wall_s": [json.loads((d / "manifest.json").read_text())["totals"].get("wall_s") for d in dirs],
+            "identical": all(len(v) == 1 for v in digest.values()) and all(m == manifests[0] for m in manifests)}
 
 
 def _per_kind(manifest: dict) -> dict:
@@ -177,6 +201,17 @@ def check(out: Path, max_workers: int, sample: int | None, env: dict) -> dict:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "compare":
         return compare(Path(sys.argv[2]), Path(sys.argv[3]))
+    if len(sys.argv) > 1 and sys.argv[1] == "syntheses":  # added to the results
+        sp = argparse.ArgumentParser(allow_abbrev=False, prog="bench/tasks.py syntheses")
+        sp.add_argument("dirs", type=Path, nargs="+", help="finished `gagar tasks synth` output dirs")
+        sp.add_argument("--note", default="", help="how they ran (recorded as is)")
+        sargs = sp.parse_args(sys.argv[2:])
+        result = json.loads(RESULT.read_text())
+        result["syntheses"] = {**syntheses(sargs.dirs), "note": sargs.note}
+        result["targets"]["repeated syntheses identical"] = result["syntheses"]["identical"]
+        atomic_write_text(RESULT, json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["syntheses"], indent=2))
+        return 0 if result["syntheses"]["identical"] else 1
     if len(sys.argv) > 2 and sys.argv[1] == "margins":  # of a finished run's work dir, added to the results
         result = json.loads(RESULT.read_text())
         result["screen_margins"] = margins(Path(sys.argv[2]))
