@@ -167,6 +167,24 @@ _INI_PIECES = ["[tool:pytest]", "[tool:pytest]#]", "[metadata]", " [tool:pytest]
                "  -p y", "# c", "; c", "name = a", "[pytest]", "x:y", "[tool:pytest];", ""]
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([*_INI_PIECES, "[]", "k: v", "a=b:c", "a:b=c", "=x", " x", "[metadata] ; c"]),
+                max_size=8))
+def test_the_ini_parse_check_agrees_with_iniconfig(lines: list[str]) -> None:
+    """`pytest_view` counts a file pytest refuses apart from one it reads (a repeated section, a stray line in a
+    section it never reads): its restated rules must give iniconfig's verdict. Found by the property test below,
+    which failed on `[metadata]`, `# c`, `[metadata]`, `[tool:pytest]` with the second `[metadata]` edited."""
+    import iniconfig
+
+    text = "\n".join(lines) + "\n"
+    try:
+        iniconfig.IniConfig("setup.cfg", data=text)
+        parses = True
+    except iniconfig.ParseError:
+        parses = False
+    assert pytestcfg._ini_parses(text) == parses
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_INI_PIECES), min_size=1, max_size=8), st.integers(0, 7),
        st.sampled_from(_INI_PIECES))

@@ -22,6 +22,7 @@ touched whatever it points to.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from sandbox.integrity.treefs import read_capped
@@ -63,7 +64,45 @@ def pytest_view(name: str, data: bytes | None) -> object:
         else:
             (sections[-1] if sections else preamble).append(line)
     kept = [s for s in sections if "pytest" in s[0].lower()]
-    return [preamble, *kept] if kept else None
+    # A parse error anywhere (a repeated section, a stray line in a section pytest never reads) makes pytest refuse
+    # the whole file: an edit outside the pytest sections can turn a file pytest refused into one it reads.
+    return [preamble, *kept, ["parses", str(_ini_parses(text))]] if kept else None
+
+
+def _ini_parses(text: str) -> bool:
+    """Whether iniconfig (pytest's INI parser) reads `text` without a ParseError: its rules, restated so that the
+    host needs no pytest."""
+    sections: dict[str, set[str]] = {}
+    current: str | None = None
+    last_key = False  # a continuation line needs a key line (or a continuation of one) before it
+    for line in text.removeprefix("\ufeff").splitlines():
+        line = "" if line.lstrip()[:1] in ("#", ";") else line.rstrip()
+        if not line:
+            continue
+        if line[0] == "[":
+            head = re.split(r"[#;]", line, maxsplit=1)[0].rstrip()
+            if head.endswith("]"):
+                name = head[1:-1]
+                if not name or name in sections:
+                    return False
+                sections[name], current, last_key = set(), name, False
+                continue
+            if not last_key:  # not a header: iniconfig reads it as a continuation line
+                return False
+        elif not line[0].isspace():
+            key, eq, _ = line.partition("=")
+            if not eq or ":" in key:
+                key, colon, _ = line.partition(":")
+                if not colon:
+                    return False
+            key = key.strip()
+            if current is None or key in sections[current]:
+                return False
+            sections[current].add(key)
+            last_key = True
+        elif not last_key:
+            return False
+    return True
 
 
 def _ini_values(sections: list[list[str]], key: str) -> list[str]:
