@@ -101,14 +101,19 @@ def syntheses(dirs: list[Path]) -> dict:
     """Several finished syntheses of one manifest: are their outputs the same bytes, and did every project screen,
     repeat and drop the same candidates (the manifests apart from timings)?"""
     files = ("instances.jsonl", "tasks_meta.jsonl", "splits.json")
+    missing = [str(d / f) for d in dirs for f in (*files, "manifest.json") if not (d / f).is_file()]
+    if missing:
+        raise SystemExit(f"bench/tasks.py syntheses: not a finished synthesis (missing {', '.join(missing[:3])}); "
+                         "pass the --out dirs of `gagar tasks synth` runs that ended")
     digest = {f: sorted({hashlib.sha256((d / f).read_bytes()).hexdigest() for d in dirs}) for f in files}
-    manifests = [_untimed(json.loads((d / "manifest.json").read_text())) for d in dirs]
-    tasks = [len(_rows(d / "instances.jsonl")) for d in dirs]
-    return {"syntheses": len(dirs), "tasks": tasks, "distinct_sha256": {f: len(v) for f, v in digest.items()},
+    manifests = [json.loads((d / "manifest.json").read_text()) for d in dirs]
+    same_work = all(_untimed(m) == _untimed(manifests[0]) for m in manifests)
+    return {"syntheses": len(dirs), "tasks": [len(_rows(d / "instances.jsonl")) for d in dirs],
+            "distinct_sha256": {f: len(v) for f, v in digest.items()},
             "sha256": {f: v[0] for f, v in digest.items() if len(v) == 1},
-            "manifests_equal_apart_from_timings": all(m == manifests[0] for m in manifests),
-            "wall_s": [json.loads((d / "manifest.json").read_text())["totals"].get("wall_s") for d in dirs],
-            "identical": all(len(v) == 1 for v in digest.values()) and all(m == manifests[0] for m in manifests)}
+            "manifests_equal_apart_from_timings": same_work,
+            "wall_s": [m["totals"].get("wall_s") for m in manifests],
+            "identical": same_work and all(len(v) == 1 for v in digest.values())}
 
 
 def _per_kind(manifest: dict) -> dict:
